@@ -1,0 +1,101 @@
+#include "model/gguf/gguf_model.h"
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "model/gguf/dequantize.h"
+
+namespace kiln::gguf {
+namespace {
+
+int64_t require_int(const GgufFile& f, const std::string& key) {
+  auto v = f.get_int(key);
+  KILN_CHECK(v.has_value(), invalid_model, "GGUF metadata lacks '{}'", key);
+  return *v;
+}
+
+// Reads tensor `name`, which must have ne == [cols, rows] (ne[0] contiguous), into fp32.
+HostMatrix read_matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols, ThreadPool& pool,
+                       bool optional = false) {
+  const TensorInfo* t = f.find_tensor(name);
+  if (!t) {
+    KILN_CHECK(optional, invalid_model, "GGUF lacks tensor '{}'", name);
+    return {};
+  }
+  bool matches = rows == 1 ? (t->ne.size() == 1 && int64_t(t->ne[0]) == cols)
+                           : (t->ne.size() == 2 && int64_t(t->ne[0]) == cols && int64_t(t->ne[1]) == rows);
+  KILN_CHECK(matches, invalid_model, "tensor '{}' has shape {} but the model config implies [{}, {}]", name,
+             t->shape_string(), cols, rows);
+  auto traits = type_traits(t->type);
+  KILN_CHECK(can_dequantize(t->type), unsupported, "tensor '{}' has type {}, which kiln cannot load yet", name,
+             traits->name);
+  HostMatrix m(rows, cols);
+  uint64_t row_bytes = uint64_t(cols) / traits->block_elems * traits->block_bytes;
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) dequantize_row(t->type, t->data + r * row_bytes, m.data.data() + r * cols, cols);
+  });
+  return m;
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  c.architecture = f.get_string("general.architecture").value_or("");
+  KILN_CHECK(c.architecture == "llama" || c.architecture == "qwen2", unsupported,
+             "GGUF architecture '{}' is not supported (kiln runs llama and qwen2)", c.architecture);
+  const std::string& a = c.architecture;
+  c.name = f.get_string("general.name").value_or("");
+  c.hidden_size = require_int(f, a + ".embedding_length");
+  c.intermediate_size = require_int(f, a + ".feed_forward_length");
+  c.n_layers = require_int(f, a + ".block_count");
+  c.n_heads = require_int(f, a + ".attention.head_count");
+  c.n_kv_heads = f.get_int(a + ".attention.head_count_kv").value_or(c.n_heads);
+  c.context_length = require_int(f, a + ".context_length");
+  KILN_CHECK(c.n_heads > 0, invalid_model, "GGUF: attention.head_count is {}", c.n_heads);
+  c.head_dim = f.get_int(a + ".attention.key_length").value_or(c.hidden_size / c.n_heads);
+  c.rms_eps = float(f.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
+  c.rope.theta = float(f.get_float(a + ".rope.freq_base").value_or(10000.0));
+  c.rope.rot_dim = int(f.get_int(a + ".rope.dimension_count").value_or(c.head_dim));
+  // llama.cpp's converter permutes llama Q/K rows to rotate adjacent pairs; qwen2 keeps HF's halves.
+  c.rope.style = a == "llama" ? RopeStyle::interleaved : RopeStyle::half;
+  if (f.get_string(a + ".rope.scaling.type").value_or("") == "llama3" || f.find_tensor("rope_freqs.weight")) {
+    KILN_FAIL(unsupported, "GGUF llama3 rope scaling (rope_freqs) is not supported yet; load the HF directory instead");
+  }
+  const TensorInfo* embd = f.find_tensor("token_embd.weight");
+  KILN_CHECK(embd && embd->ne.size() == 2, invalid_model, "GGUF lacks a 2-D tensor 'token_embd.weight'");
+  c.vocab_size = f.get_int(a + ".vocab_size").value_or(int64_t(embd->ne[1]));
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.validate();
+  return c;
+}
+
+ModelWeights weights_from_gguf(const GgufFile& f, const ModelConfig& c, ThreadPool& pool) {
+  ModelWeights w;
+  w.embed = read_matrix(f, "token_embd.weight", c.vocab_size, c.hidden_size, pool);
+  w.final_norm = read_matrix(f, "output_norm.weight", 1, c.hidden_size, pool);
+  if (!c.tied_embeddings) w.lm_head = read_matrix(f, "output.weight", c.vocab_size, c.hidden_size, pool);
+  w.layers.resize(size_t(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w.layers[size_t(l)];
+    auto name = [&](const char* suffix) { return fmt::format("blk.{}.{}", l, suffix); };
+    L.attn_norm = read_matrix(f, name("attn_norm.weight"), 1, c.hidden_size, pool);
+    L.wq = read_matrix(f, name("attn_q.weight"), c.q_dim(), c.hidden_size, pool);
+    L.wk = read_matrix(f, name("attn_k.weight"), c.kv_dim(), c.hidden_size, pool);
+    L.wv = read_matrix(f, name("attn_v.weight"), c.kv_dim(), c.hidden_size, pool);
+    L.wo = read_matrix(f, name("attn_output.weight"), c.hidden_size, c.q_dim(), pool);
+    if (c.qkv_bias) {
+      L.bq = read_matrix(f, name("attn_q.bias"), 1, c.q_dim(), pool);
+      L.bk = read_matrix(f, name("attn_k.bias"), 1, c.kv_dim(), pool);
+      L.bv = read_matrix(f, name("attn_v.bias"), 1, c.kv_dim(), pool);
+    }
+    L.ffn_norm = read_matrix(f, name("ffn_norm.weight"), 1, c.hidden_size, pool);
+    L.w_gate = read_matrix(f, name("ffn_gate.weight"), c.intermediate_size, c.hidden_size, pool);
+    L.w_up = read_matrix(f, name("ffn_up.weight"), c.intermediate_size, c.hidden_size, pool);
+    L.w_down = read_matrix(f, name("ffn_down.weight"), c.hidden_size, c.intermediate_size, pool);
+  }
+  return w;
+}
+
+}  // namespace kiln::gguf
