@@ -1,6 +1,7 @@
 #include "model/gguf/gguf_model.h"
 
 #include <fmt/format.h>
+#include <limits>
 
 #include "core/check.h"
 #include "model/gguf/dequantize.h"
@@ -56,7 +57,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.head_dim = f.get_int(a + ".attention.key_length").value_or(c.hidden_size / c.n_heads);
   c.rms_eps = float(f.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
   c.rope.theta = float(f.get_float(a + ".rope.freq_base").value_or(10000.0));
-  c.rope.rot_dim = int(f.get_int(a + ".rope.dimension_count").value_or(c.head_dim));
+  // Range-check before narrowing to int (validate() checks it against head_dim): 2^32 + 64 would
+  // otherwise pass as 64.
+  int64_t rot_dim = f.get_int(a + ".rope.dimension_count").value_or(c.head_dim);
+  KILN_CHECK(rot_dim > 0 && rot_dim <= std::numeric_limits<int>::max(), invalid_model,
+             "GGUF {}.rope.dimension_count is {}, out of range", a, rot_dim);
+  c.rope.rot_dim = int(rot_dim);
   // llama.cpp's converter permutes llama Q/K rows to rotate adjacent pairs; qwen2 keeps HF's halves.
   c.rope.style = a == "llama" ? RopeStyle::interleaved : RopeStyle::half;
   if (f.get_string(a + ".rope.scaling.type").value_or("") == "llama3" || f.find_tensor("rope_freqs.weight")) {
@@ -76,9 +82,11 @@ ModelWeights weights_from_gguf(const GgufFile& f, const ModelConfig& c, ThreadPo
   w.embed = read_matrix(f, "token_embd.weight", c.vocab_size, c.hidden_size, pool);
   w.final_norm = read_matrix(f, "output_norm.weight", 1, c.hidden_size, pool);
   if (!c.tied_embeddings) w.lm_head = read_matrix(f, "output.weight", c.vocab_size, c.hidden_size, pool);
-  w.layers.resize(size_t(c.n_layers));
+  // Grow one layer at a time: block_count comes from metadata (up to 2^31), and a file that
+  // claims more layers than it has tensors must fail at the first missing one, not first
+  // allocate empty storage for every claimed layer.
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    LayerWeights& L = w.layers[size_t(l)];
+    LayerWeights& L = w.layers.emplace_back();
     auto name = [&](const char* suffix) { return fmt::format("blk.{}.{}", l, suffix); };
     L.attn_norm = read_matrix(f, name("attn_norm.weight"), 1, c.hidden_size, pool);
     L.wq = read_matrix(f, name("attn_q.weight"), c.q_dim(), c.hidden_size, pool);

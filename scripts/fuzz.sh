@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Fuzzes the GGUF reader for a bounded time: scripts/fuzz.sh [SECONDS] (default 60).
+#
+# Builds tests/fuzz/fuzz_gguf with clang in its own folder (build-fuzz), with all of kiln_core
+# compiled under ASan+UBSan and libFuzzer's coverage instrumentation so the parser itself is
+# explored, writes a seed corpus of valid GGUF files, then runs libFuzzer. Exits nonzero when the
+# fuzzer finds a crash, undefined behaviour, a leak, a slow input or a single allocation over
+# 256 MB (the reader must never allocate much more than the file); the input that did it is left
+# in build-fuzz/artifacts/ (reproduce: build-fuzz/tests/fuzz/fuzz_gguf FILE).
+# Needs no network. Environment: CXX_FUZZ (clang++), KILN_FUZZ_BUILD (folder), KILN_FUZZ_JOBS (2).
+set -euo pipefail
+
+seconds="${1:-60}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${KILN_FUZZ_BUILD:-$root/build-fuzz}"
+jobs="${KILN_FUZZ_JOBS:-2}"
+cxx="${CXX_FUZZ:-$(command -v clang++ || command -v clang++-14 || true)}"
+[[ -n "$cxx" ]] || { echo "fuzz.sh: clang++ not found (libFuzzer needs clang)" >&2; exit 2; }
+
+# Global flags, not per-target ones: kiln_core must carry the coverage instrumentation too.
+# -O0 keeps the build short; tests/fuzz/CMakeLists.txt raises the reader's own files to -O1.
+sanitize="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+start=$(date +%s)
+cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKILN_CUDA=OFF -DKILN_FUZZ=ON >/dev/null
+cmake --build "$build" -j"$jobs" --target fuzz_gguf
+echo "fuzz.sh: built in $(( $(date +%s) - start )) s"
+
+bin="$build/tests/fuzz/fuzz_gguf"
+seeds="$build/seeds"
+corpus="$build/corpus"        # what libFuzzer finds; kept between local runs
+artifacts="$build/artifacts/"
+rm -rf "$seeds"
+mkdir -p "$seeds" "$corpus" "$artifacts"
+"$bin" --write-seeds "$seeds"
+extra=()
+# Inputs that once crashed the reader, kept as regression seeds.
+[[ -d "$root/tests/data/gguf_corpus" ]] && extra+=("$root/tests/data/gguf_corpus")
+
+"$bin" "$corpus" "$seeds" "${extra[@]}" \
+  -dict="$root/tests/fuzz/gguf.dict" \
+  -max_total_time="$seconds" -max_len=8192 -timeout=10 \
+  -rss_limit_mb=2048 -malloc_limit_mb=256 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+echo "fuzz.sh: no crash in ${seconds} s of fuzzing ($(( $(date +%s) - start )) s in all)"
