@@ -1,0 +1,71 @@
+// Tokenizer::from_gguf: reads tokenizer.ggml.* and builds the tokenizer the file describes.
+#include "tokenizer/tokenizer.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "model/gguf/gguf_file.h"
+#include "tokenizer/bpe.h"
+
+namespace kiln {
+namespace {
+
+std::vector<TokenType> read_token_types(const gguf::GgufFile& file, size_t n_tokens) {
+  const std::vector<double>* types = file.get_number_array("tokenizer.ggml.token_type");
+  if (types == nullptr) return {};
+  KILN_CHECK(types->size() == n_tokens, invalid_model, "tokenizer.ggml.token_type has {} entries for {} tokens",
+             types->size(), n_tokens);
+  std::vector<TokenType> out;
+  out.reserve(n_tokens);
+  for (double t : *types) {
+    // Unknown values are read as undefined, as llama.cpp does: a newer converter may add kinds.
+    const bool known = t >= 0 && t <= 6 && std::floor(t) == t;
+    out.push_back(known ? TokenType(int32_t(t)) : TokenType::undefined);
+  }
+  return out;
+}
+
+int32_t read_token_id(const gguf::GgufFile& file, std::string_view key, size_t n_tokens) {
+  const std::optional<int64_t> id = file.get_int(key);
+  if (!id) return -1;
+  KILN_CHECK(*id >= 0 && *id < int64_t(n_tokens), invalid_model, "{} is {}, outside the vocabulary (0..{})", key, *id,
+             n_tokens - 1);
+  return int32_t(*id);
+}
+
+std::unique_ptr<Tokenizer> bpe_from_gguf(const gguf::GgufFile& file) {
+  BpeVocab vocab;
+  const std::vector<std::string>* tokens = file.get_string_array("tokenizer.ggml.tokens");
+  KILN_CHECK(tokens != nullptr && !tokens->empty(), invalid_model,
+             "the GGUF has no vocabulary (tokenizer.ggml.tokens is missing or empty)");
+  vocab.tokens = *tokens;
+  const size_t n = vocab.tokens.size();
+  vocab.types = read_token_types(file, n);
+  if (const std::vector<std::string>* merges = file.get_string_array("tokenizer.ggml.merges")) vocab.merges = *merges;
+  // A missing pre-tokenizer means an old converter; llama.cpp falls back to "default" too.
+  vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
+  vocab.bos_id = read_token_id(file, "tokenizer.ggml.bos_token_id", n);
+  vocab.eos_id = read_token_id(file, "tokenizer.ggml.eos_token_id", n);
+  for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    const int32_t id = read_token_id(file, key, n);
+    if (id >= 0) vocab.extra_end_ids.push_back(id);
+  }
+  vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+  return std::make_unique<BpeTokenizer>(std::move(vocab));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
+  const std::optional<std::string> model = file.get_string("tokenizer.ggml.model");
+  KILN_CHECK(model.has_value(), invalid_model, "the GGUF has no tokenizer (tokenizer.ggml.model is missing)");
+  if (*model == "gpt2") return bpe_from_gguf(file);
+  if (*model == "llama") {
+    KILN_FAIL(unsupported,
+              "SentencePiece vocabularies (tokenizer.ggml.model 'llama', e.g. Llama 2, Mistral, TinyLlama) are not "
+              "supported yet; kiln reads byte-level BPE ('gpt2': SmolLM2, Llama 3, Qwen2)");
+  }
+  KILN_FAIL(unsupported, "tokenizer.ggml.model '{}' is not supported; kiln reads byte-level BPE ('gpt2')", *model);
+}
+
+}  // namespace kiln
