@@ -1,0 +1,224 @@
+// kiln bench: llama-bench-style throughput (pp = prompt processing, tg = token generation) with
+// roofline columns: bytes moved per step (weights + KV cache), achieved GB/s and % of the copy
+// bandwidth, FLOPs and TFLOP/s. Works on a model file or on random weights of a named real shape
+// (--random llama3-8b): speed does not depend on weight values.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "core/check.h"
+#include "model/random_weights.h"
+#ifdef KILN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_buffer.h"
+#endif
+
+namespace kiln::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model, random, device = "auto", json;
+  std::vector<int> n_prompt = {512}, n_gen = {128};
+  int reps = 5, threads = 0, depth = 0;
+  double copy_gbs = 4250, peak_tflops = 700;  // measured on the H200 (docs/BENCHMARKS.md)
+  bool per_kernel = false;
+};
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+Stats stats(const std::vector<double>& v) {
+  Stats s;
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / double(v.size() - 1)) : 0;
+  return s;
+}
+
+// Analytic cost of running `n` tokens after `past` cached ones (weights read once per step).
+struct StepCost {
+  double bytes = 0, flops = 0;
+};
+StepCost step_cost(const ModelConfig& c, double weight_bytes, int64_t past, int64_t n) {
+  double kv_elem = 2.0;  // bf16 on the GPU; the CPU reference's fp32 cache is reported the same way
+  double ctx = double(past) + double(n + 1) / 2;  // mean context seen by the new tokens
+  double kv_read = double(c.n_layers) * 2 * double(c.kv_dim()) * (double(past) + double(n)) * kv_elem;
+  double linear_flops = 2.0 * double(n) * double(c.n_params() - c.vocab_size * c.hidden_size * (c.tied_embeddings ? 0 : 1));
+  double attn_flops = 4.0 * double(n) * ctx * double(c.q_dim()) * double(c.n_layers);
+  return {weight_bytes + kv_read, linear_flops + attn_flops};
+}
+
+void run(const BenchOptions& o) {
+  using clock = std::chrono::steady_clock;
+  ThreadPool pool(o.threads);
+  std::unique_ptr<Backend> backend;
+  std::optional<LoadedModel> model;
+  double weight_bytes = 0;
+  std::string label;
+  if (!o.random.empty()) {
+    ModelConfig c = preset_config(o.random);
+    label = o.random + " (random bf16)";
+#ifdef KILN_HAVE_CUDA
+    KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");
+    KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
+    auto b = CudaBackend::random(c, 1234, 0.02f);
+    weight_bytes = double(b->weight_bytes());
+    backend = std::move(b);
+#else
+    KILN_FAIL(unsupported, "--random needs the CUDA backend, which this build lacks");
+#endif
+  } else {
+    model.emplace(load_with_progress(resolve_model_path(o.model), pool));
+    label = model->config.name;
+    backend = make_backend(o.device, *model, pool);
+    weight_bytes = double(model->config.n_params()) * (backend->name() == "cuda" ? 2.0 : 4.0);
+  }
+  const ModelConfig& c = backend->config();
+  std::string device_name = backend->name();
+#ifdef KILN_HAVE_CUDA
+  if (device_name == "cuda") device_name = cuda::device_info().name;
+#endif
+  fmt::print("model: {} | backend: {} | device: {} | weights {:.2f} GB\n", label, backend->name(), device_name,
+             weight_bytes / 1e9);
+  fmt::print("| {:>8} | {:>16} | {:>9} | {:>8} | {:>6} | {:>9} | {:>8} |\n", "test", "t/s", "ms/step", "GB/s",
+             "%copy", "TFLOP/s", "%peak");
+  fmt::print("|{:->10}|{:->18}|{:->11}|{:->10}|{:->8}|{:->11}|{:->10}|\n", "", "", "", "", "", "", "");
+
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<float> logits;
+  auto report = [&](const std::string& test, const std::vector<double>& seconds, int64_t tokens, int64_t steps,
+                    StepCost cost_total) {
+    std::vector<double> tps;
+    for (double s : seconds) tps.push_back(double(tokens) / s);
+    Stats t = stats(tps), sec = stats(seconds);
+    double gbs = cost_total.bytes / sec.mean / 1e9, tflops = cost_total.flops / sec.mean / 1e12;
+    fmt::print("| {:>8} | {:>9.2f} ± {:<5.2f}| {:>9.3f} | {:>8.0f} | {:>6.1f} | {:>9.1f} | {:>8.1f} |\n", test, t.mean,
+               t.sd, sec.mean * 1e3 / double(steps), gbs, 100 * gbs / o.copy_gbs, tflops, 100 * tflops / o.peak_tflops);
+    results.push_back({{"test", test}, {"tokens_per_s_mean", t.mean}, {"tokens_per_s_sd", t.sd},
+                       {"ms_per_step", sec.mean * 1e3 / double(steps)}, {"gb_per_s", gbs},
+                       {"pct_copy_bw", 100 * gbs / o.copy_gbs}, {"tflop_per_s", tflops},
+                       {"bytes", cost_total.bytes}, {"flops", cost_total.flops}, {"reps", seconds.size()}});
+  };
+
+  for (int np : o.n_prompt) {
+    if (np <= 0) continue;
+    std::vector<int32_t> prompt(static_cast<size_t>(np));
+    for (int i = 0; i < np; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % c.vocab_size);
+    std::vector<double> seconds;
+    for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up (graphs, allocations)
+      auto seq = backend->new_sequence(o.depth + np + 1);
+      auto t0 = clock::now();
+      backend->forward(*seq, prompt, false, logits);
+      double s = std::chrono::duration<double>(clock::now() - t0).count();
+      if (r > 0) seconds.push_back(s);
+    }
+    report(fmt::format("pp{}", np), seconds, np, 1, step_cost(c, weight_bytes, 0, np));
+  }
+  for (int ng : o.n_gen) {
+    if (ng <= 0) continue;
+    std::vector<double> seconds;
+    StepCost total;
+    for (int64_t i = 0; i < ng; ++i) {
+      StepCost s = step_cost(c, weight_bytes, o.depth + i, 1);
+      total.bytes += s.bytes;
+      total.flops += s.flops;
+    }
+    for (int r = 0; r < o.reps + 1; ++r) {
+      auto seq = backend->new_sequence(o.depth + ng + 1);
+      int32_t tok = 1;
+      if (o.depth > 0) {  // fill the cache to the requested depth first (not timed)
+        std::vector<int32_t> fill(size_t(o.depth), 1);
+        for (size_t p = 0; p < fill.size(); p += 512) {
+          size_t n = std::min<size_t>(512, fill.size() - p);
+          backend->forward(*seq, std::span<const int32_t>(fill.data() + p, n), false, logits);
+        }
+      }
+      auto t0 = clock::now();
+      for (int i = 0; i < ng; ++i) backend->forward(*seq, std::span<const int32_t>(&tok, 1), false, logits);
+      double s = std::chrono::duration<double>(clock::now() - t0).count();
+      if (r > 0) seconds.push_back(s);
+    }
+    report(o.depth ? fmt::format("tg{}@d{}", ng, o.depth) : fmt::format("tg{}", ng), seconds, ng, ng, total);
+  }
+
+  nlohmann::json per_kernel = nlohmann::json::array();
+#ifdef KILN_HAVE_CUDA
+  if (o.per_kernel) {
+    auto* cuda = dynamic_cast<CudaBackend*>(backend.get());
+    KILN_CHECK(cuda, invalid_argument, "--per-kernel needs the CUDA backend");
+    auto profile = [&](const char* what, int64_t n_prompt, int n_decode) {
+      auto seq = cuda->new_sequence(o.depth + n_prompt + n_decode + 1);
+      std::vector<int32_t> prompt(size_t(o.depth + n_prompt), 1);
+      cuda->forward(*seq, prompt, false, logits);
+      cuda->reset_kernel_stats();
+      cuda->set_profiling(true);
+      int32_t tok = 1;
+      if (n_decode == 0) {
+        auto seq2 = cuda->new_sequence(n_prompt + 1);
+        std::vector<int32_t> p2(size_t(n_prompt), 1);
+        cuda->forward(*seq2, p2, false, logits);
+      }
+      for (int i = 0; i < n_decode; ++i) cuda->forward(*seq, std::span<const int32_t>(&tok, 1), false, logits);
+      cuda->set_profiling(false);
+      int steps = std::max(n_decode, 1);
+      auto ks = cuda->kernel_stats();
+      double total_ms = 0;
+      for (const auto& k : ks) total_ms += k.total_ms;
+      fmt::print("\nper-kernel, {} (per step, {} steps timed with CUDA events around each launch):\n", what, steps);
+      fmt::print("| {:<26} | {:>6} | {:>9} | {:>6} | {:>10} | {:>12} | {:>8} | {:>6} | {:>8} |\n", "kernel", "calls",
+                 "us", "%step", "MB", "GFLOP", "GB/s", "%copy", "TFLOP/s");
+      for (const auto& k : ks) {
+        double us = k.total_ms * 1e3 / steps, gbs = k.bytes / (k.total_ms * 1e-3) / 1e9,
+               tfl = k.flops / (k.total_ms * 1e-3) / 1e12;
+        fmt::print("| {:<26} | {:>6} | {:>9.1f} | {:>6.1f} | {:>10.1f} | {:>12.2f} | {:>8.0f} | {:>6.1f} | {:>8.1f} |\n",
+                   k.name, k.calls / steps, us, 100 * k.total_ms / total_ms, k.bytes / steps / 1e6,
+                   k.flops / steps / 1e9, gbs, 100 * gbs / o.copy_gbs, tfl);
+        per_kernel.push_back({{"phase", what}, {"kernel", k.name}, {"calls_per_step", k.calls / steps},
+                              {"us_per_step", us}, {"bytes_per_step", k.bytes / steps},
+                              {"flops_per_step", k.flops / steps}, {"gb_per_s", gbs}, {"tflop_per_s", tfl}});
+      }
+      fmt::print("sum of kernels: {:.1f} us per step\n", total_ms * 1e3 / steps);
+    };
+    profile("decode (batch 1)", 16, 8);
+    profile("prefill 512", 512, 0);
+  }
+#endif
+
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    KILN_CHECK(out.good(), io, "cannot write '{}'", o.json);
+    nlohmann::json j = {{"model", label}, {"backend", backend->name()}, {"device", device_name},
+                        {"weight_bytes", weight_bytes}, {"copy_gbs_ceiling", o.copy_gbs},
+                        {"peak_tflops_ceiling", o.peak_tflops}, {"depth", o.depth}, {"results", results},
+                        {"per_kernel", per_kernel}};
+    out << j.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) throughput with roofline columns");
+  cmd->add_option("-m,--model", o->model, "Model (.gguf)");
+  cmd->add_option("--random", o->random, "Random bf16 weights of a named shape: llama3-8b, llama2-7b, qwen2.5-7b, mistral-7b, smollm2-135m");
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (tg tests)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-d,--depth", o->depth, "Tokens already in the KV cache before each test")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->reps, "Timed repetitions (after one warm-up)")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)");
+  cmd->add_option("--device", o->device, "cpu, cuda or auto")->capture_default_str();
+  cmd->add_option("--copy-gbs", o->copy_gbs, "Copy-bandwidth ceiling for the % column")->capture_default_str();
+  cmd->add_option("--peak-tflops", o->peak_tflops, "Matrix-rate ceiling for the % column")->capture_default_str();
+  cmd->add_flag("--per-kernel", o->per_kernel, "Time every kernel of a decode step and a prefill (CUDA)");
+  cmd->add_option("--json", o->json, "Write the results as JSON");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,65 @@
+#include "common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+#ifdef KILN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_buffer.h"
+#endif
+
+namespace kiln::cli {
+
+static constexpr const char* kDefaultModel = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+std::string resolve_model_path(const std::string& arg) {
+  namespace fs = std::filesystem;
+  if (!arg.empty()) return arg;
+  std::vector<fs::path> candidates;
+  if (const char* dir = std::getenv("KILN_MODEL_DIR")) candidates.push_back(fs::path(dir) / kDefaultModel);
+  candidates.push_back(fs::path("models") / kDefaultModel);
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // build/tools/kiln -> <repo>/models
+    candidates.push_back(exe.parent_path() / ".." / ".." / "models" / kDefaultModel);
+    candidates.push_back(exe.parent_path() / ".." / "models" / kDefaultModel);
+  }
+  for (const auto& c : candidates)
+    if (fs::exists(c)) return fs::weakly_canonical(c).string();
+  KILN_FAIL(io, "no -m/--model given and the default model {} was not found; run scripts/fetch_model.sh first",
+            kDefaultModel);
+}
+
+LoadedModel load_with_progress(const std::string& path, ThreadPool& pool) {
+  auto t0 = std::chrono::steady_clock::now();
+  fmt::print(stderr, "kiln: loading {} ...\n", path);
+  LoadedModel m = load_model(path, pool);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const ModelConfig& c = m.config;
+  fmt::print(stderr, "kiln: {} ({}), {} layers, hidden {}, heads {}/{}, vocab {}, {:.1f}M params, loaded in {:.2f} s\n",
+             c.name.empty() ? "model" : c.name, c.architecture, c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads,
+             c.vocab_size, double(c.n_params()) / 1e6, s);
+  return m;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& model, ThreadPool& pool) {
+  KILN_CHECK(device == "cpu" || device == "cuda" || device == "auto", invalid_argument,
+             "--device must be cpu, cuda or auto, got '{}'", device);
+#ifdef KILN_HAVE_CUDA
+  bool gpu = cuda::cuda_device_count() > 0;
+  KILN_CHECK(gpu || device != "cuda", unsupported, "--device cuda: no CUDA device is visible");
+  if (gpu && device != "cpu") return std::make_unique<CudaBackend>(model.config, model.weights);
+#else
+  KILN_CHECK(device != "cuda", unsupported, "this build of kiln has no CUDA backend");
+#endif
+  return std::make_unique<CpuBackend>(model.config, std::move(model.weights), pool);
+}
+
+}  // namespace kiln::cli
