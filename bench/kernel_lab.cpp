@@ -1,0 +1,203 @@
+// kernel_lab: every kernel on the Llama-3-8B shapes, validated against cuBLAS (matrix products),
+// then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
+// than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
+// run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
+//   kernel_lab [--json PATH] [--quick]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/cublas_ref.h"
+#include "backend/cuda/device_buffer.h"
+#include "core/dtype.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/random_fill.h"
+
+using namespace kiln;
+using namespace kiln::cuda;
+
+namespace {
+
+constexpr double kPeakTflops = 700.0;  // bf16 dense, H200 (cuBLAS reaches 675-790 on 8192^3)
+constexpr int64_t kRotateBytes = 256ll << 20;  // > 4x the L2
+
+bool g_quick = false;
+nlohmann::json g_results = nlohmann::json::array();
+
+// Median of `reps` timings of fn(rep) after `warmup` untimed calls.
+double time_ms(const std::function<void(int)>& fn, int reps = 50, int warmup = 5) {
+  if (g_quick) reps = std::min(reps, 10);
+  for (int i = 0; i < warmup; ++i) fn(i);
+  EventTimer t;
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    fn(i);
+    t.stop();
+    ms.push_back(t.elapsed_ms());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+std::vector<float> to_float(const DeviceBuffer<bf16>& d) {
+  std::vector<bf16> raw = d.to_host();
+  std::vector<float> f(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    uint16_t b;
+    std::memcpy(&b, &raw[i], 2);
+    f[i] = bf16_to_f32(b);
+  }
+  return f;
+}
+
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+void record(const std::string& kernel, const std::string& shape, const std::string& version, double ms, double bytes,
+            double flops, double ceiling_gbs, double err) {
+  double gbs = bytes / ms / 1e6, tflops = flops / ms / 1e9;
+  std::printf("%-18s %-26s %-8s %9.2f us %8.0f GB/s (%5.1f%% copy) %7.1f TFLOP/s (%5.1f%% peak)  err %.1e\n",
+              kernel.c_str(), shape.c_str(), version.c_str(), ms * 1e3, gbs, 100 * gbs / ceiling_gbs, tflops,
+              100 * tflops / kPeakTflops, err);
+  std::fflush(stdout);
+  g_results.push_back({{"kernel", kernel}, {"shape", shape}, {"version", version}, {"us", ms * 1e3}, {"gbs", gbs},
+                       {"tflops", tflops}, {"pct_copy", 100 * gbs / ceiling_gbs}, {"pct_peak", 100 * tflops / kPeakTflops},
+                       {"rel_err_vs_cublas", err}, {"floor_us", bytes / ceiling_gbs / 1e3}});
+}
+
+double copy_ceiling() {
+  const int64_t bytes = 1ll << 30;
+  DeviceBuffer<char> a(bytes), b(bytes);
+  a.zero();
+  double ms = time_ms([&](int) { copy_device(b.data(), a.data(), bytes, nullptr); }, 20, 3);
+  double gbs = 2.0 * bytes / ms / 1e6;
+  std::printf("copy kernel: %.0f GB/s (bytes read + written): the bandwidth ceiling below\n", gbs);
+  g_results.push_back({{"kernel", "copy"}, {"gbs", gbs}});
+  return gbs;
+}
+
+struct MatShape {
+  const char* name;
+  int64_t n, k;
+};
+const MatShape kShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096},
+                            {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
+
+void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms, bool gemm) {
+  for (const MatShape& s : kShapes) {
+    const int64_t wsize = s.n * s.k;
+    const int copies = int(std::max<int64_t>(1, kRotateBytes / (wsize * 2) + 1));
+    std::vector<DeviceBuffer<bf16>> w;
+    for (int i = 0; i < copies; ++i) {
+      w.emplace_back(size_t(wsize));
+      fill_random_bf16(w.back().data(), wsize, 1, uint64_t(i), 0, 0.05f, nullptr);
+    }
+    for (int64_t m : ms) {
+      DeviceBuffer<bf16> x(size_t(m * s.k)), y(size_t(m * s.n)), yref(size_t(m * s.n));
+      fill_random_bf16(x.data(), m * s.k, 2, 0, 0, 1.0f, nullptr);
+      y.poison();
+      matmul(x.data(), w[0].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
+      cublas.gemm_bf16(x.data(), w[0].data(), yref.data(), m, s.n, s.k, nullptr);
+      cuda_synchronize();
+      double err = rel_error(to_float(y), to_float(yref));
+      if (!(err < 1e-2)) std::printf("VALIDATION FAILED: %s M=%lld err %.3e\n", s.name, (long long)m, err);
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+      double bytes = matmul_bytes(m, s.n, s.k, OutMode::store_bf16), flops = matmul_flops(m, s.n, s.k);
+      int reps = gemm ? 20 : 100;
+      double t_k = time_ms([&](int i) { matmul(x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr); }, reps);
+      double t_c = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, reps);
+      record(gemm ? "gemm" : "gemv", shape, "kiln", t_k, bytes, flops, copy_gbs, err);
+      record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
+    }
+  }
+}
+
+void bench_attention(double copy_gbs) {
+  const int heads = 32, kv_heads = 8, d = 128;
+  const int64_t kv_dim = kv_heads * d;
+  for (auto [batch, len] : {std::pair<int64_t, int64_t>{1, 32768}, {64, 2048}}) {
+    DeviceBuffer<bf16> k(size_t(batch * len * kv_dim)), v(k.size()), q(size_t(batch * heads * d)), out(q.size());
+    fill_random_bf16(k.data(), int64_t(k.size()), 3, 0, 0, 1.0f, nullptr);
+    fill_random_bf16(v.data(), int64_t(v.size()), 3, 1, 0, 1.0f, nullptr);
+    fill_random_bf16(q.data(), int64_t(q.size()), 3, 2, 0, 1.0f, nullptr);
+    std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
+    DeviceBuffer<int32_t> dlen(lens);
+    DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, len)));
+    KvLayout kv{k.data(), v.data(), len * kv_dim, kv_dim, d};
+    auto wsv = decode_workspace(ws.data(), batch, heads, d, len);
+    double ms = time_ms([&](int) {
+      attention_decode(q.data(), kv, dlen.data(), len, out.data(), wsv, batch, heads, kv_heads, d, nullptr);
+    });
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "decode b=%lld L=%lld", (long long)batch, (long long)len);
+    record("attention", shape, "kiln", ms, 2.0 * batch * len * kv_dim * 2, 4.0 * batch * len * heads * d, copy_gbs, 0);
+  }
+  for (int64_t n : {4096ll, 16384ll}) {
+    DeviceBuffer<bf16> k(size_t(n * kv_dim)), v(k.size()), q(size_t(n * heads * d)), out(q.size());
+    fill_random_bf16(k.data(), int64_t(k.size()), 4, 0, 0, 1.0f, nullptr);
+    fill_random_bf16(v.data(), int64_t(v.size()), 4, 1, 0, 1.0f, nullptr);
+    fill_random_bf16(q.data(), int64_t(q.size()), 4, 2, 0, 1.0f, nullptr);
+    KvLayout kv{k.data(), v.data(), 0, kv_dim, d};
+    double ms = time_ms([&](int) { attention_prefill(q.data(), kv, out.data(), n, 0, heads, kv_heads, d, nullptr); },
+                        n > 8192 ? 3 : 10, 1);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "prefill causal %lld", (long long)n);
+    double flops = 4.0 * double(n) * double(n + 1) / 2 * heads * d;
+    record("attention", shape, "kiln", ms, 2.0 * n * (heads * d * 2 + kv_dim * 2), flops, copy_gbs, 0);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+    else {
+      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick]\n");
+      return 2;
+    }
+  }
+  try {
+    if (cuda_device_count() == 0) {
+      std::fprintf(stderr, "kernel_lab: no CUDA device\n");
+      return 1;
+    }
+    DeviceInfo info = device_info();
+    std::printf("device: %s, %d SMs, L2 %lld MB, cc %d.%d\n", info.name.c_str(), info.sm_count,
+                (long long)(info.l2_bytes >> 20), info.cc_major, info.cc_minor);
+    double copy_gbs = copy_ceiling();
+    CublasGemm cublas;
+    bench_matmul(copy_gbs, cublas, {1, 2, 4, 8, 16}, false);
+    bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 4096}, true);
+    bench_attention(copy_gbs);
+    if (!json_path.empty()) {
+      nlohmann::json doc = {{"device", info.name}, {"copy_gbs", copy_gbs}, {"peak_tflops", kPeakTflops},
+                            {"results", g_results}};
+      std::ofstream(json_path) << doc.dump(2) << "\n";
+      std::printf("wrote %s\n", json_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_lab: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Copies the binaries the GPU machine runs (the kiln CLI, the GPU tests, the kernel lab and the one
+# shared library they load) from a build folder into gpu-bundle/, keeping the layout their
+# $ORIGIN/../src rpath expects. gpu-bundle/ is what the device run carries (a few MB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${1:-build}"
+rm -rf gpu-bundle
+mkdir -p gpu-bundle/src gpu-bundle/tools gpu-bundle/tests gpu-bundle/bench
+cp "$BUILD/src/libkiln_cuda.so" gpu-bundle/src/
+cp "$BUILD/tools/kiln" gpu-bundle/tools/
+cp "$BUILD/tests/kiln_gpu_tests" gpu-bundle/tests/
+cp "$BUILD/bench/kernel_lab" gpu-bundle/bench/
+du -sh gpu-bundle

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from an already-built build folder (nothing is compiled here):
+#   scripts/gpu_suite.sh [BUILD_DIR]      (default: build)
+# Writes full logs under $OUT (default ./gpu-out) and prints a compact table last.
+set -uo pipefail
+BUILD="${1:-build}"
+OUT="${OUT:-./gpu-out}"
+mkdir -p "$OUT"
+status=0
+
+echo "== nvidia-smi"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 || true
+
+echo "== GPU tests ($BUILD/tests/kiln_gpu_tests)"
+if [ -x "$BUILD/tests/kiln_gpu_tests" ]; then
+  timeout "${KILN_GPU_TEST_TIMEOUT:-150}" "$BUILD/tests/kiln_gpu_tests" >"$OUT/gpu_tests.log" 2>&1
+  tests_rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|error" "$OUT/gpu_tests.log" | head -60
+  [ $tests_rc -ne 0 ] && status=1
+else
+  echo "missing $BUILD/tests/kiln_gpu_tests"; tests_rc=127; status=1
+fi
+
+echo "== kernel lab ($BUILD/bench/kernel_lab)"
+if [ -x "$BUILD/bench/kernel_lab" ]; then
+  "$BUILD/bench/kernel_lab" --json "$OUT/kernel_lab.json" 2>&1 | tee "$OUT/kernel_lab.log"
+  lab_rc=${PIPESTATUS[0]}
+  [ $lab_rc -ne 0 ] && status=1
+else
+  echo "missing $BUILD/bench/kernel_lab"; lab_rc=127; status=1
+fi
+
+# Hook for whole-model runs (`kiln bench ...`): add commands to KILN_BENCH_CMDS, one per line,
+# e.g. KILN_BENCH_CMDS="$BUILD/tools/kiln bench --preset llama3-8b --per-kernel". Each one's
+# output goes to $OUT/kiln_bench_N.log.
+n=0
+while IFS= read -r cmd; do
+  [ -z "$cmd" ] && continue
+  n=$((n + 1))
+  echo "== kiln bench $n: $cmd"
+  bash -c "$cmd" >"$OUT/kiln_bench_$n.log" 2>&1 || status=1
+  tail -20 "$OUT/kiln_bench_$n.log"
+done <<<"${KILN_BENCH_CMDS:-}"
+
+echo
+echo "== summary"
+echo "gpu tests rc=$tests_rc: $(grep -cE '^\[       OK \]' "$OUT/gpu_tests.log" 2>/dev/null || true) ok," \
+     "$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$OUT/gpu_tests.log" 2>/dev/null || true) failed lines," \
+     "$(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$OUT/gpu_tests.log" 2>/dev/null || true) skipped lines"
+if [ -f "$OUT/kernel_lab.json" ] && command -v python3 >/dev/null; then
+  python3 - "$OUT/kernel_lab.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f"copy ceiling {d['copy_gbs']:.0f} GB/s, peak {d['peak_tflops']} TFLOP/s ({d['device']})")
+print(f"{'kernel':10} {'shape':28} {'ver':7} {'us':>9} {'GB/s':>7} {'%copy':>6} {'TFLOP/s':>8} {'%peak':>6}")
+for r in d['results']:
+    if r['kernel'] == 'copy': continue
+    print(f"{r['kernel']:10} {r['shape']:28} {r['version']:7} {r['us']:9.1f} {r['gbs']:7.0f} {r['pct_copy']:6.1f} {r['tflops']:8.1f} {r['pct_peak']:6.1f}")
+PY
+fi
+echo "lab rc=$lab_rc; logs in $OUT"
+exit $status

@@ -1,0 +1,65 @@
+// The CUDA backend: the whole Llama-family forward pass on one GPU in bf16.
+//
+// Weights live on the GPU in bf16, uploaded from host fp32 ModelWeights (rounded to nearest even)
+// or generated in place by CudaBackend::random. q/k/v and gate/up are fused into one matrix each.
+// Each sequence owns a contiguous bf16 KV cache (layers, capacity, n_kv_heads, head_dim) for K and
+// for V; kernels address it only through kernels/cuda/kv_layout.h. The residual stream is fp32.
+// forward() runs chunks of up to max_chunk tokens; a single-token step (decode) is captured in a
+// CUDA graph per sequence on first use and replayed afterwards (token, position and length go
+// through device memory), unless graphs are turned off. Profiling mode times every launch with CUDA
+// events and accumulates per kernel name, with analytic bytes and FLOPs (graphs are bypassed).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/weights.h"
+
+namespace kiln {
+
+struct CudaBackendOptions {
+  int64_t max_chunk = 512;  // tokens per forward launch sequence; longer inputs are split
+  bool use_graphs = true;
+};
+
+// One kernel name's totals over the launches timed since the last reset.
+struct KernelStat {
+  std::string name;
+  int64_t calls = 0;
+  double total_ms = 0;
+  double bytes = 0;  // analytic minimum bytes moved, summed over calls
+  double flops = 0;  // analytic FLOPs, summed over calls
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(ModelConfig config, const ModelWeights& weights, CudaBackendOptions options = {});
+  // Weights drawn on the GPU from the hash of model/random_weights.h: bit-identical to
+  // random_weights(config, seed, scale) on the host, for any size.
+  static std::unique_ptr<CudaBackend> random(const ModelConfig& config, uint64_t seed, float scale,
+                                             CudaBackendOptions options = {});
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override;
+  std::unique_ptr<KvSequence> new_sequence(int64_t capacity) override;
+  void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
+
+  void set_use_graphs(bool on);
+  bool use_graphs() const;
+  void set_profiling(bool on);
+  std::vector<KernelStat> kernel_stats() const;  // sorted by total time, largest first
+  void reset_kernel_stats();
+  int64_t weight_bytes() const;
+
+  struct Impl;
+
+ private:
+  CudaBackend(ModelConfig config, CudaBackendOptions options, int);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

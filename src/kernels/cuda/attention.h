@@ -1,0 +1,40 @@
+// Causal grouped-query attention over the bf16 KV cache (addressed through KvLayout only).
+// Query head h reads KV head h / (n_heads / n_kv_heads); K/V are never repeated per query head.
+// Head dims: multiples of 8, at most 128 (64, 80, 96, 128 are tested).
+#pragma once
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/kv_layout.h"
+
+namespace kiln::cuda {
+
+constexpr int kAttnMaxHeadDim = 128;
+
+// Prefill chunk of one sequence (sequence 0 of kv): q(n_q, n_heads, head_dim) at positions
+// q_start .. q_start + n_q - 1, against cache positions 0 .. q_start + n_q - 1 (already written).
+// out(n_q, n_heads, head_dim) bf16. Tiled fp32 flash attention (online softmax); no tensor cores yet.
+void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads,
+                       int n_kv_heads, int head_dim, cudaStream_t stream);
+
+// Flash-decoding: one query token for each of `batch` sequences, q(batch, n_heads, head_dim);
+// sequence b attends to cache positions 0 .. kv_len[b] - 1 (kv_len in device memory, so a captured
+// graph replays with new lengths). The cache is cut into splits of kDecodeSplit positions; one
+// block per (split, KV head, sequence) scores all query heads of the KV group against that split,
+// and a combine kernel merges the splits. max_kv_len bounds kv_len (it fixes the grid).
+constexpr int kDecodeSplit = 256;
+struct DecodeWorkspace {
+  float* partial_o = nullptr;   // (batch, n_heads, max_splits, head_dim)
+  float* partial_ml = nullptr;  // (batch, n_heads, max_splits, 2): running max, sum of exp
+};
+inline int64_t decode_max_splits(int64_t max_kv_len) { return (max_kv_len + kDecodeSplit - 1) / kDecodeSplit; }
+// Floats of workspace the call needs (partial_o then partial_ml, one allocation).
+inline int64_t decode_workspace_floats(int64_t batch, int n_heads, int head_dim, int64_t max_kv_len) {
+  return batch * n_heads * decode_max_splits(max_kv_len) * (head_dim + 2);
+}
+DecodeWorkspace decode_workspace(float* base, int64_t batch, int n_heads, int head_dim, int64_t max_kv_len);
+
+void attention_decode(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
+                      DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
+                      cudaStream_t stream);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,36 @@
+// Small memory-bound kernels of the forward pass: embedding gather, (fused add +) RMSNorm, RoPE
+// with the K/V cache write, SwiGLU.
+//
+// Residual stream choice: fp32. The embedding gather writes fp32 rows, the o/down projections add
+// into them in fp32 (OutMode::add_f32), and RMSNorm reads fp32 and writes the bf16 input of the next
+// projection. The residual is (n, hidden) -- small next to the weights -- and keeping it fp32 keeps
+// the GPU close to the fp32 CPU reference over many layers.
+#pragma once
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/kv_layout.h"
+
+namespace kiln::cuda {
+
+// out(n, hidden) fp32 = table[tokens[i]] (table (vocab, hidden) bf16). Token ids are trusted
+// (validated on the host).
+void embed_gather(const bf16* table, const int32_t* tokens, float* out, int64_t n, int64_t hidden,
+                  cudaStream_t stream);
+
+// Per row: if delta, x += delta (the fused residual add, written back to x); then
+// out(rows, dim) bf16 = x / rms(x) * weight. fp32 statistics.
+void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_t rows, int64_t dim, float eps,
+             cudaStream_t stream);
+
+// qkv(n, q_dim + 2 kv_dim) bf16, one token a row ([q | k | v], the fused projection's output).
+// Rotates q and k of token t by positions[t] (inv_freq: rot_dim/2 floats, llama3 scaling already
+// in them; interleaved pairs (2i, 2i+1), else (i, i + rot_dim/2)), writes q to q_out(n, q_dim),
+// and k, v into the cache at (seq_ids ? seq_ids[t] : 0, positions[t]).
+void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids, int64_t n, const float* inv_freq,
+              int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
+              cudaStream_t stream);
+
+// gate_up(rows, 2 inter) bf16 = [gate | up] per row; out(rows, inter) = silu(gate) * up.
+void silu_mul(const bf16* gate_up, bf16* out, int64_t rows, int64_t inter, cudaStream_t stream);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,34 @@
+// Matrix products of the forward pass: y(M, N) = x(M, K) . W(N, K)^T (+ bias(N)), bf16 x and W
+// (row-major, K contiguous: the layout of every weight), fp32 accumulation, written per OutMode.
+//   gemv: decode batches, M <= 16: memory-bound, streams W once with 16-byte loads.
+//   gemm: prefill, any M: tensor cores (mma.sync m16n8k16, ldmatrix, cp.async 4-stage pipeline).
+//   matmul: picks one by M. Both need no alignment beyond that of cudaMalloc rows; K % 8 != 0
+//   takes a slow scalar path (no model has such a K; tests cover it).
+#pragma once
+
+#include "kernels/cuda/common.h"
+
+namespace kiln::cuda {
+
+constexpr int kGemvMaxRows = 16;
+
+void gemv(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
+          cudaStream_t stream);
+void gemm(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
+          cudaStream_t stream);
+inline void matmul(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                   int64_t K, cudaStream_t stream) {
+  if (M <= kGemvMaxRows)
+    gemv(x, w, bias, y, mode, M, N, K, stream);
+  else
+    gemm(x, w, bias, y, mode, M, N, K, stream);
+}
+
+// Bytes a product moves at least (W once, x once, y once; y twice for add_f32) and its FLOPs.
+inline double matmul_bytes(int64_t M, int64_t N, int64_t K, OutMode mode) {
+  double ybytes = double(M) * N * (mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8);
+  return 2.0 * N * K + 2.0 * M * K + ybytes;
+}
+inline double matmul_flops(int64_t M, int64_t N, int64_t K) { return 2.0 * M * N * K; }
+
+}  // namespace kiln::cuda

@@ -1,0 +1,185 @@
+// The whole model: CudaBackend against CpuBackend on small random-weight configs (weights rounded
+// to bf16 on the host, so both compute with the same values). The GPU keeps bf16 activations
+// between kernels, the CPU fp32: logits agree to ~1e-2 in normalized error (kTolLogits), and greedy
+// continuations agree wherever the CPU's top-2 logit gap is clearly above that noise.
+#include <algorithm>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "gpu_test_util.h"
+#include "model/random_weights.h"
+
+namespace kiln::gputest {
+namespace {
+
+constexpr double kTolLogits = 3e-2;
+
+ModelConfig small_llama() {
+  ModelConfig c;
+  c.architecture = "llama";
+  c.name = "test-llama";
+  c.vocab_size = 500;
+  c.hidden_size = 256;
+  c.intermediate_size = 688;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = 1;
+  c.head_dim = 64;
+  c.context_length = 512;
+  c.rope.theta = 10000.0f;
+  c.rope.rot_dim = 64;
+  c.rope.style = RopeStyle::half;
+  return c;
+}
+
+ModelConfig small_qwen_like() {  // qkv bias, head_dim 80, GQA 3, interleaved RoPE with llama3 scaling, tied
+  ModelConfig c = small_llama();
+  c.name = "test-qwen";
+  c.hidden_size = 240;
+  c.n_heads = 3;
+  c.n_kv_heads = 1;
+  c.head_dim = 80;
+  c.rope.rot_dim = 80;
+  c.rope.style = RopeStyle::interleaved;
+  c.rope.llama3_factor = 8.0f;
+  c.rope.llama3_original_context = 64;
+  c.qkv_bias = true;
+  c.tied_embeddings = true;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
+std::vector<int32_t> prompt(int64_t n, int64_t vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t((i * 131 + 7) % vocab);
+  return t;
+}
+
+int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+float top2_gap(std::span<const float> v) {
+  std::vector<float> s(v.begin(), v.end());
+  std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<>());
+  return s[0] - s[1];
+}
+
+class GpuBackend : public testing::TestWithParam<int> {
+ protected:
+  ModelConfig config() const { return GetParam() == 0 ? small_llama() : small_qwen_like(); }
+};
+
+TEST_P(GpuBackend, PrefillAndDecodeLogitsMatchCpu) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = config();
+  ModelWeights w = random_weights(c, 42, 0.08f);
+  ThreadPool pool(2);
+  CpuBackend cpu(c, w, pool);
+  CudaBackend gpu(c, w, CudaBackendOptions{16, true});  // max_chunk 16: a 37-token prompt takes 3 chunks
+  auto cs = cpu.new_sequence(128);
+  auto gs = gpu.new_sequence(128);
+  auto p = prompt(37, c.vocab_size);
+  std::vector<float> lc, lg;
+  cpu.forward(*cs, p, true, lc);
+  gpu.forward(*gs, p, true, lg);
+  EXPECT_LT(rel_error(lg, lc), kTolLogits) << "prefill, all logits";
+  for (int step = 0; step < 5; ++step) {
+    int32_t t = int32_t((step * 17 + 3) % c.vocab_size);
+    cpu.forward(*cs, std::span<const int32_t>(&t, 1), false, lc);
+    gpu.forward(*gs, std::span<const int32_t>(&t, 1), false, lg);
+    EXPECT_LT(rel_error(lg, lc), kTolLogits) << "decode step " << step;
+  }
+}
+
+TEST_P(GpuBackend, Greedy64TokensMatchCpuWhereGapsAllow) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = config();
+  ModelWeights w = random_weights(c, 7, 0.08f);
+  ThreadPool pool(2);
+  CpuBackend cpu(c, w, pool);
+  CudaBackend gpu(c, w);
+  auto cs = cpu.new_sequence(256);
+  auto gs = gpu.new_sequence(256);
+  std::vector<float> lc, lg;
+  auto p = prompt(20, c.vocab_size);
+  cpu.forward(*cs, p, false, lc);
+  gpu.forward(*gs, p, false, lg);
+  for (int step = 0; step < 64; ++step) {
+    int32_t tc = argmax(lc), tg = argmax(lg);
+    if (tc != tg) {
+      // Allowed only when the CPU itself barely prefers its token; after that the paths diverge.
+      float gap = top2_gap(lc), scale = *std::max_element(lc.begin(), lc.end()) - *std::min_element(lc.begin(), lc.end());
+      EXPECT_LT(gap, 0.02f * scale) << "step " << step << ": cpu " << tc << " gpu " << tg << " (gap " << gap << ")";
+      return;
+    }
+    cpu.forward(*cs, std::span<const int32_t>(&tc, 1), false, lc);
+    gpu.forward(*gs, std::span<const int32_t>(&tg, 1), false, lg);
+  }
+}
+
+TEST_P(GpuBackend, GraphAndNoGraphDecodeAreIdentical) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = config();
+  ModelWeights w = random_weights(c, 9, 0.08f);
+  CudaBackend a(c, w), b(c, w);
+  b.set_use_graphs(false);
+  auto sa = a.new_sequence(600), sb = b.new_sequence(600);
+  auto p = prompt(300, c.vocab_size);  // long enough that decode spans two attention splits
+  std::vector<float> la, lb;
+  a.forward(*sa, p, false, la);
+  b.forward(*sb, p, false, lb);
+  ASSERT_EQ(la, lb);
+  for (int step = 0; step < 16; ++step) {
+    int32_t t = argmax(la);
+    a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
+    b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
+    ASSERT_EQ(la, lb) << "step " << step;
+  }
+}
+
+TEST_P(GpuBackend, RandomFactoryMatchesHostRandomWeights) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = config();
+  auto g1 = CudaBackend::random(c, 123, 0.05f);
+  CudaBackend g2(c, random_weights(c, 123, 0.05f));
+  auto s1 = g1->new_sequence(64), s2 = g2.new_sequence(64);
+  auto p = prompt(19, c.vocab_size);
+  std::vector<float> l1, l2;
+  g1->forward(*s1, p, true, l1);
+  g2.forward(*s2, p, true, l2);
+  EXPECT_EQ(l1, l2) << "GPU-generated weights differ from the host generator's";
+}
+
+TEST_P(GpuBackend, ProfilingReportsEveryKernel) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = config();
+  auto g = CudaBackend::random(c, 1, 0.05f);
+  g->set_profiling(true);
+  auto s = g->new_sequence(64);
+  std::vector<float> l;
+  g->forward(*s, prompt(30, c.vocab_size), false, l);
+  int32_t t = 1;
+  g->forward(*s, std::span<const int32_t>(&t, 1), false, l);
+  auto stats = g->kernel_stats();
+  ASSERT_FALSE(stats.empty());
+  bool saw_decode = false;
+  for (const KernelStat& st : stats) {
+    EXPECT_GT(st.calls, 0) << st.name;
+    EXPECT_GE(st.total_ms, 0) << st.name;
+    saw_decode |= st.name == "attention.decode";
+  }
+  EXPECT_TRUE(saw_decode);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, GpuBackend, testing::Values(0, 1),
+                         [](const testing::TestParamInfo<int>& i) { return i.param == 0 ? "llama_gqa4" : "qwen_bias_d80_gqa3"; });
+
+TEST(GpuPresets, ShapesAreValid) {  // runs without a GPU too
+  for (const std::string& name : preset_names()) {
+    ModelConfig c = preset_config(name);
+    EXPECT_NO_THROW(c.validate()) << name;
+  }
+  EXPECT_EQ(preset_config("llama3-8b").vocab_size, 128256);
+  EXPECT_NEAR(double(preset_config("llama3-8b").n_params()), 8.03e9, 0.01e9);
+}
+
+}  // namespace
+}  // namespace kiln::gputest
