@@ -111,19 +111,34 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
     for (int64_t m : ms) {
       DeviceBuffer<bf16> x(size_t(m * s.k)), y(size_t(m * s.n)), yref(size_t(m * s.n));
       fill_random_bf16(x.data(), m * s.k, 2, 0, 0, 1.0f, nullptr);
-      y.poison();
-      matmul(x.data(), w[0].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
       cublas.gemm_bf16(x.data(), w[0].data(), yref.data(), m, s.n, s.k, nullptr);
       cuda_synchronize();
-      double err = rel_error(to_float(y), to_float(yref));
-      if (!(err < 1e-2)) std::printf("VALIDATION FAILED: %s M=%lld err %.3e\n", s.name, (long long)m, err);
+      const std::vector<float> ref = to_float(yref);
       char shape[64];
       std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
       double bytes = matmul_bytes(m, s.n, s.k, OutMode::store_bf16), flops = matmul_flops(m, s.n, s.k);
       int reps = gemm ? 20 : 100;
-      double t_k = time_ms([&](int i) { matmul(x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr); }, reps);
+      // Every version (v1, v2, ... of gemv.cu / gemm.cu), then the default choice ("kiln"), then cuBLAS.
+      const int versions = gemm ? gemm_versions() : gemv_versions();
+      for (int v = 1; v <= versions + 1; ++v) {
+        const int ver = v <= versions ? v : 0;
+        auto run = [&](const bf16* wp) {
+          if (gemm)
+            gemm_version(ver, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
+          else
+            gemv_version(ver, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
+        };
+        y.poison();
+        run(w[0].data());
+        cuda_synchronize();
+        double err = rel_error(to_float(y), ref);
+        std::string label = ver ? "v" + std::to_string(ver) : std::string("kiln");
+        if (!(err < 1e-2))
+          std::printf("VALIDATION FAILED: %s %s M=%lld err %.3e\n", label.c_str(), s.name, (long long)m, err);
+        double t = time_ms([&](int i) { run(w[size_t(i % copies)].data()); }, reps);
+        record(gemm ? "gemm" : "gemv", shape, label, t, bytes, flops, copy_gbs, err);
+      }
       double t_c = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, reps);
-      record(gemm ? "gemm" : "gemv", shape, "kiln", t_k, bytes, flops, copy_gbs, err);
       record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
     }
   }
@@ -186,7 +201,7 @@ int main(int argc, char** argv) {
                 (long long)(info.l2_bytes >> 20), info.cc_major, info.cc_minor);
     double copy_gbs = copy_ceiling();
     CublasGemm cublas;
-    bench_matmul(copy_gbs, cublas, {1, 2, 4, 8, 16}, false);
+    bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, false);
     bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 4096}, true);
     bench_attention(copy_gbs);
     if (!json_path.empty()) {

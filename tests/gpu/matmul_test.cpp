@@ -10,9 +10,14 @@ struct Shape {
   int64_t m, n, k;
 };
 
-void check_matmul(Shape s, cuda::OutMode mode, bool bias, bool force_gemm) {
+enum class Path { matmul, gemv, gemm };
+
+// version: 0 = the default choice of gemv / gemm, v >= 1 = that kernel version (gemv_version /
+// gemm_version); ignored for Path::matmul.
+void check_matmul(Shape s, cuda::OutMode mode, bool bias, Path path, int version = 0) {
+  const char* names[] = {" matmul", " gemv", " gemm"};
   SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " K=" << s.k << " mode=" << int(mode)
-                                  << " bias=" << bias << (force_gemm ? " gemm" : " matmul"));
+                                  << " bias=" << bias << names[int(path)] << " v" << version);
   ThreadPool pool(2);
   auto x = random_bf16_values(size_t(s.m * s.k), 1);
   auto w = random_bf16_values(size_t(s.n * s.k), 2, 0.1f);
@@ -26,10 +31,13 @@ void check_matmul(Shape s, cuda::OutMode mode, bool bias, bool force_gemm) {
   auto dx = to_device_bf16(x), dw = to_device_bf16(w), db = to_device_bf16(b);
   std::vector<float> out;
   auto run = [&](void* y) {
-    if (force_gemm)
-      cuda::gemm(dx.data(), dw.data(), bias ? db.data() : nullptr, y, mode, s.m, s.n, s.k, nullptr);
+    const bf16* bp = bias ? db.data() : nullptr;
+    if (path == Path::gemm)
+      cuda::gemm_version(version, dx.data(), dw.data(), bp, y, mode, s.m, s.n, s.k, nullptr);
+    else if (path == Path::gemv)
+      cuda::gemv_version(version, dx.data(), dw.data(), bp, y, mode, s.m, s.n, s.k, nullptr);
     else
-      cuda::matmul(dx.data(), dw.data(), bias ? db.data() : nullptr, y, mode, s.m, s.n, s.k, nullptr);
+      cuda::matmul(dx.data(), dw.data(), bp, y, mode, s.m, s.n, s.k, nullptr);
     cuda::cuda_synchronize();
   };
   if (mode == cuda::OutMode::store_bf16) {
@@ -50,25 +58,46 @@ void check_matmul(Shape s, cuda::OutMode mode, bool bias, bool force_gemm) {
   EXPECT_LT(rel_error(out, ref), tol);
 }
 
+constexpr cuda::OutMode kModes[] = {cuda::OutMode::store_bf16, cuda::OutMode::store_f32, cuda::OutMode::add_f32};
+
+// Every row count 1..16 through the default dispatch (matmul -> gemv). N not a multiple of 16 (the
+// v2 row tile), K a multiple of 8 but not of 32 / 256 (v2's chunk group / warp step), K % 8 != 0
+// (scalar path), N = 4500 (> 2 blocks per SM of 16 rows on an H200: v2's 4-warp blocks; the
+// smaller N take the 8-warp blocks), K = 4104 (several warp steps, ragged last one).
 TEST(GpuMatmul, GemvAllRowCountsAndModes) {
   KILN_REQUIRE_GPU();
-  for (int64_t m : {1, 2, 3, 5, 8, 11, 16})
-    for (Shape s : {Shape{m, 37, 64}, Shape{m, 300, 200}, Shape{m, 64, 4096}, Shape{m, 33, 37}})
-      for (auto mode : {cuda::OutMode::store_bf16, cuda::OutMode::store_f32, cuda::OutMode::add_f32})
-        check_matmul(s, mode, m == 3, false);
+  for (int64_t m = 1; m <= 16; ++m)
+    for (Shape s : {Shape{m, 37, 64}, Shape{m, 300, 200}, Shape{m, 64, 4104}, Shape{m, 33, 37}, Shape{m, 4500, 88},
+                    Shape{m, 5, 8}})
+      for (auto mode : kModes) check_matmul(s, mode, m % 3 == 0, Path::matmul);
 }
 
+// Every gemv version on its own, every M, bias on and off.
+TEST(GpuMatmul, GemvEveryVersion) {
+  KILN_REQUIRE_GPU();
+  for (int v = 1; v <= cuda::gemv_versions(); ++v)
+    for (int64_t m = 1; m <= 16; ++m)
+      for (Shape s : {Shape{m, 129, 264}, Shape{m, 17, 1000}, Shape{m, 4500, 40}})
+        for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 0, Path::gemv, v);
+}
+
+// Every gemm version on odd shapes (M, N, K not multiples of any tile; K % 8 != 0 takes the scalar
+// path), every mode, bias on some.
 TEST(GpuMatmul, GemmOddShapes) {
   KILN_REQUIRE_GPU();
-  for (Shape s : {Shape{17, 37, 64}, Shape{130, 129, 200}, Shape{257, 300, 136}, Shape{128, 128, 32},
-                  Shape{3, 70, 40}, Shape{300, 257, 1000}, Shape{40, 50, 37}})
-    for (auto mode : {cuda::OutMode::store_bf16, cuda::OutMode::store_f32, cuda::OutMode::add_f32})
-      check_matmul(s, mode, s.m == 130, true);
+  for (int v = 0; v <= cuda::gemm_versions(); ++v)
+    for (Shape s : {Shape{17, 37, 64}, Shape{130, 129, 200}, Shape{257, 300, 136}, Shape{128, 128, 32},
+                    Shape{3, 70, 40}, Shape{300, 257, 1000}, Shape{40, 50, 37}, Shape{129, 513, 72},
+                    Shape{260, 255, 8}})
+      for (auto mode : kModes) check_matmul(s, mode, s.m == 130 || s.m == 129, Path::gemm, v);
 }
 
+// Large enough that the default picks v3 (>= 2 128x256 tiles per SM) and K spans many stages.
 TEST(GpuMatmul, GemmLargeSquare) {
   KILN_REQUIRE_GPU();
-  check_matmul(Shape{512, 1024, 4096}, cuda::OutMode::store_f32, false, true);
+  for (int v = 0; v <= cuda::gemm_versions(); ++v)
+    check_matmul(Shape{512, 1024, 4096}, cuda::OutMode::store_f32, false, Path::gemm, v);
+  check_matmul(Shape{2176, 4200, 264}, cuda::OutMode::add_f32, true, Path::gemm, 0);
 }
 
 }  // namespace

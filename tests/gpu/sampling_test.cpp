@@ -1,5 +1,6 @@
 // argmax and top-k/top-p sampling against host references with the same uniform draw.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -67,6 +68,61 @@ TEST(GpuSampling, TopKTopPMatchesHostReference) {
     for (int64_t r = 0; r < rows; ++r)
       EXPECT_EQ(got[size_t(r)], host_sample(logits.data() + r * vocab, vocab, p, r))
           << "row " << r << " k " << p.top_k << " p " << p.top_p;
+  }
+}
+
+// Heavy ties (6 distinct values over the whole row): the cut falls inside a tie, which must go to
+// the lowest ids (the host's stable sort). The old bisection never finished on any input.
+TEST(GpuSampling, TopKTopPHeavyTies) {
+  KILN_REQUIRE_GPU();
+  for (int64_t vocab : {int64_t(5003), int64_t(37), int64_t(1024), int64_t(3000)}) {
+    const int64_t rows = 5;
+    std::vector<float> logits(size_t(rows * vocab));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < vocab; ++i)
+        logits[size_t(r * vocab + i)] = r == 4 ? 1.5f : float(((i * 7919 + r * 31) % vocab) % 6) * 0.5f;
+    DeviceBuffer<float> d(logits);
+    DeviceBuffer<int32_t> out(rows);
+    for (cuda::SampleParams p : {cuda::SampleParams{1.0f, 40, 0.9f, 1}, cuda::SampleParams{0.7f, 0, 0.95f, 2},
+                                 cuda::SampleParams{1.3f, 1, 1.0f, 3}, cuda::SampleParams{1.0f, 2000, 1.0f, 4},
+                                 cuda::SampleParams{1.0f, 100000, 0.5f, 5}, cuda::SampleParams{2.0f, 3, 0.0f, 6}}) {
+      out.poison();
+      cuda::sample_top_k_top_p(d.data(), rows, vocab, p, out.data(), nullptr);
+      auto got = out.to_host();
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_EQ(got[size_t(r)], host_sample(logits.data() + r * vocab, vocab, p, r))
+            << "vocab " << vocab << " row " << r << " k " << p.top_k << " p " << p.top_p;
+    }
+  }
+}
+
+// NaN, -inf and +inf logits: the kernel must finish and pick a valid, non-NaN id.
+TEST(GpuSampling, TopKTopPNonFiniteLogits) {
+  KILN_REQUIRE_GPU();
+  const int64_t rows = 5, vocab = 2053;
+  std::vector<float> logits(size_t(rows * vocab));
+  for (int64_t i = 0; i < vocab; ++i) {
+    logits[size_t(0 * vocab + i)] = std::nanf("");                            // all NaN
+    logits[size_t(1 * vocab + i)] = -INFINITY;                                // all -inf
+    logits[size_t(2 * vocab + i)] = i % 3 == 0 ? std::nanf("") : -INFINITY;   // NaN and -inf
+    logits[size_t(3 * vocab + i)] = i % 2 ? std::nanf("") : float(i % 7);     // half NaN
+    logits[size_t(4 * vocab + i)] = i == 1234 ? INFINITY : float(i % 5);      // one +inf
+  }
+  DeviceBuffer<float> d(logits);
+  DeviceBuffer<int32_t> out(rows);
+  for (cuda::SampleParams p : {cuda::SampleParams{1.0f, 40, 0.9f, 1}, cuda::SampleParams{1.0f, 0, 1.0f, 2},
+                               cuda::SampleParams{0.5f, 5000, 0.3f, 3}}) {
+    out.poison();
+    cuda::sample_top_k_top_p(d.data(), rows, vocab, p, out.data(), nullptr);
+    auto got = out.to_host();
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_GE(got[size_t(r)], 0) << "row " << r;
+      ASSERT_LT(got[size_t(r)], vocab) << "row " << r;
+      if (r >= 1) {
+        EXPECT_FALSE(std::isnan(logits[size_t(r * vocab + got[size_t(r)])])) << "row " << r;
+      }
+    }
+    EXPECT_EQ(got[4], 1234);
   }
 }
 

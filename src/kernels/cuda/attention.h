@@ -12,16 +12,23 @@ constexpr int kAttnMaxHeadDim = 128;
 
 // Prefill chunk of one sequence (sequence 0 of kv): q(n_q, n_heads, head_dim) at positions
 // q_start .. q_start + n_q - 1, against cache positions 0 .. q_start + n_q - 1 (already written).
-// out(n_q, n_heads, head_dim) bf16. Tiled fp32 flash attention (online softmax); no tensor cores yet.
+// out(n_q, n_heads, head_dim) bf16. FlashAttention-2 on the tensor cores (bf16 mma.sync) when q,
+// out, K, V and the strides are 16-byte aligned; otherwise the fp32 CUDA-core kernel.
 void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads,
                        int n_kv_heads, int head_dim, cudaStream_t stream);
+// Which prefill kernel those arguments select: "mma-d64", "mma-d128" or "fp32-fallback".
+const char* attention_prefill_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
 
 // Flash-decoding: one query token for each of `batch` sequences, q(batch, n_heads, head_dim);
 // sequence b attends to cache positions 0 .. kv_len[b] - 1 (kv_len in device memory, so a captured
-// graph replays with new lengths). The cache is cut into splits of kDecodeSplit positions; one
-// block per (split, KV head, sequence) scores all query heads of the KV group against that split,
-// and a combine kernel merges the splits. max_kv_len bounds kv_len (it fixes the grid).
-constexpr int kDecodeSplit = 256;
+// graph replays with new lengths). max_kv_len bounds kv_len and fixes the grid: P split blocks per
+// (KV head group, sequence), P chosen on the host to fill the GPU (about one wave of resident
+// blocks) but at most decode_max_splits(max_kv_len). At run time each block reads kv_len and takes
+// a chunk of max(64, ceil(kv_len / P) rounded up to 64) positions; blocks past the end exit at
+// once, a sequence that fits one chunk is written directly, and the combine kernel merges only the
+// chunks that hold data. One block scores all query heads of a KV group (up to 16, the rows of a
+// tensor-core tile) against each K/V tile, so each K/V byte is read once per group.
+constexpr int kDecodeSplit = 256;  // workspace granularity: at most ceil(max_kv_len / 256) splits
 struct DecodeWorkspace {
   float* partial_o = nullptr;   // (batch, n_heads, max_splits, head_dim)
   float* partial_ml = nullptr;  // (batch, n_heads, max_splits, 2): running max, sum of exp
@@ -36,5 +43,7 @@ DecodeWorkspace decode_workspace(float* base, int64_t batch, int n_heads, int he
 void attention_decode(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
                       DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                       cudaStream_t stream);
+// Which decode kernel those arguments select: "mma-d64", "mma-d128" or "fp32-fallback".
+const char* attention_decode_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
 
 }  // namespace kiln::cuda

@@ -1,14 +1,27 @@
-// Causal prefill attention, tiled fp32 flash attention (the correct baseline; an mma.sync version
-// is the next step). Block = 4 warps = 32 query rows of one query head; K/V tiles of 32 positions
-// are converted to fp32 in shared memory. Lane j scores key j of the tile (K rows padded by one
-// float so the 32 lanes hit 32 banks); the online softmax runs per row in registers; for P.V lane l
-// owns output dims l, l+32, l+64, l+96.
+// Causal prefill attention.
+//
+// Fast path (prefill_mma_kernel<D>, D = 64 for head_dim 64, D = 128 for head dims 72..128 with the
+// dims past head_dim zero-padded): FlashAttention-2 on the tensor cores. Block = 4 warps = 64 query
+// rows of one query head, each warp 16 rows; bf16 mma.sync m16n8k16 (fp32 accumulators), K by
+// ldmatrix, V by ldmatrix.trans, from XOR-swizzled shared tiles of 64 positions, double-buffered
+// with cp.async (tile t+1 loads while tile t is computed). Online softmax in registers on
+// log2(e)-prescaled scores with exp2f. Tiles above the block's last row are never loaded; a warp
+// skips tiles above its own rows; only tiles crossing the diagonal are masked. GQA: the block reads
+// KV head h / group through KvLayout (no copies); the grid runs the heads of one query tile next
+// to each other (blockIdx.x = head) so a group's K/V tiles are shared in L2, and the last (longest)
+// query tiles first. Q is staged through the second K buffer before the loop.
+//
+// Fallback (prefill_fp32_kernel, the previous CUDA-core kernel): any head_dim % 8 == 0 <= 128 whose
+// pointers or strides are not 16-byte aligned (cp.async needs it). Block = 4 warps = 32 query rows;
+// K/V tiles of 32 positions converted to fp32 in shared memory; lane j scores key j of the tile.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/epilogue.cuh"
 
 namespace kiln::cuda {
@@ -18,7 +31,7 @@ constexpr int kTileQ = 32, kTileK = 32, kWarps = 4, kRowsPerWarp = kTileQ / kWar
 constexpr int kDimsPerLane = kAttnMaxHeadDim / 32;
 
 __global__ void __launch_bounds__(kWarps * 32)
-    prefill_kernel(const bf16* __restrict__ q, KvLayout kv, bf16* __restrict__ out, int64_t n_q, int64_t q_start,
+    prefill_fp32_kernel(const bf16* __restrict__ q, KvLayout kv, bf16* __restrict__ out, int64_t n_q, int64_t q_start,
                    int n_heads, int group, int d, float scale) {
   extern __shared__ float smem[];
   float* qs = smem;                 // (kTileQ, d)
@@ -103,22 +116,133 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// ---- tensor-core path ----
+constexpr int kMmaWarps = 4, kMmaThreads = kMmaWarps * 32, kMmaTileQ = kMmaWarps * 16;
+static_assert(kMmaTileQ == attn::kTileKv, "the Q tile is staged in a K buffer");
+
+template <int D>
+constexpr size_t mma_smem_bytes() {
+  return size_t(4) * attn::kTileKv * D * sizeof(bf16);  // 2 stages x (K, V)
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads, D == 128 ? 2 : 3)
+    prefill_mma_kernel(const bf16* __restrict__ q, KvLayout kv, bf16* __restrict__ out, int n_q, int q_start,
+                       int n_heads, int group, int d, float scale_log2) {
+  using namespace attn;
+  extern __shared__ uint4 smem_raw[];
+  bf16* const sm = reinterpret_cast<bf16*>(smem_raw);
+  const int h = blockIdx.x, kvh = h / group;
+  const int q0 = (int(gridDim.y) - 1 - int(blockIdx.y)) * kMmaTileQ;  // longest tiles first
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int rows = min(kMmaTileQ, n_q - q0);
+  const int kv_end = q_start + q0 + rows;  // keys the block's last row sees
+  const int n_tiles = (kv_end + kTileKv - 1) / kTileKv;
+  auto k_stage = [&](int st) { return sm + st * 2 * kTileKv * D; };
+  auto v_stage = [&](int st) { return sm + st * 2 * kTileKv * D + kTileKv * D; };
+  auto load_kv = [&](int tile, int st) {
+    const int k0 = tile * kTileKv, n = min(kTileKv, kv_end - k0);
+    load_tile_async<D, kTileKv, kMmaThreads>(
+        k_stage(st), n, d, [&](int r) { return kv.k + kv.offset(0, k0 + r, kvh); }, kv.k);
+    load_tile_async<D, kTileKv, kMmaThreads>(
+        v_stage(st), n, d, [&](int r) { return kv.v + kv.offset(0, k0 + r, kvh); }, kv.v);
+  };
+
+  // Q through the stage-1 K buffer (free until tile 1 loads), tile 0 into stage 0.
+  load_tile_async<D, kMmaTileQ, kMmaThreads>(
+      k_stage(1), rows, d, [&](int r) { return q + (int64_t(q0 + r) * n_heads + h) * d; }, q);
+  load_kv(0, 0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+  load_q_frags<D>(qf, k_stage(1), warp * 16);
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  const int row_pos0 = q_start + q0 + warp * 16;  // position of this warp's first row
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile landed for every thread; the other stage (and Q) is no longer read
+    if (tile + 1 < n_tiles) load_kv(tile + 1, (tile + 1) & 1);
+    cp_async_commit();
+    const int k0 = tile * kTileKv, st = tile & 1;
+    if (k0 > row_pos0 + 15) continue;  // the whole tile is in the future of this warp's rows
+    if (k0 + kTileKv - 1 > row_pos0) {  // crosses the diagonal of some row
+      const int pos_g = row_pos0 + g - k0;  // row g's position relative to k0
+      attend_tile<D, kTileKv, true>(qf, k_stage(st), v_stage(st), 0, m, l, o, scale_log2,
+                                    [&](int i, int key) { return key <= pos_g + 8 * i; });
+    } else {
+      attend_tile<D, kTileKv, false>(qf, k_stage(st), v_stage(st), 0, m, l, o, scale_log2,
+                                     [](int, int) { return true; });
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float inv = 1.0f / quad_sum(l[i]);
+    const int r = warp * 16 + g + 8 * i;
+    if (r < rows) {
+      bf16* orow = out + (int64_t(q0 + r) * n_heads + h) * d;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const int dim = n * 8 + 2 * t;
+        if (dim < d)
+          *reinterpret_cast<uint32_t*>(orow + dim) = pack_bf16(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+      }
+    }
+  }
+}
+
+template <int D>
+void launch_prefill_mma(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads, int group,
+                        int head_dim, cudaStream_t stream) {
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(mma_smem_bytes<D>())));
+  });
+  dim3 grid(unsigned(n_heads), unsigned((n_q + kMmaTileQ - 1) / kMmaTileQ));
+  prefill_mma_kernel<D><<<grid, kMmaThreads, mma_smem_bytes<D>(), stream>>>(
+      q, kv, out, int(n_q), int(q_start), n_heads, group, head_dim,
+      attn::kLog2e / sqrtf(float(head_dim)));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+const char* attention_prefill_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
+  const bool fast = attn::aligned16(q) && attn::aligned16(out) && attn::kv_fast_ok(kv) && head_dim % 8 == 0 &&
+                    head_dim <= kAttnMaxHeadDim;
+  if (!fast) return "fp32-fallback";
+  return head_dim <= 64 ? "mma-d64" : "mma-d128";
+}
 
 void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads,
                        int n_kv_heads, int head_dim, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim, "attention: head_dim must be a multiple of 8, <= 128");
   KILN_CUDA_REQUIRE(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads must be a multiple of n_kv_heads");
   if (n_q == 0) return;
-  size_t smem = size_t(kTileQ * head_dim + kTileK * (head_dim + 1) + kTileK * head_dim) * sizeof(float);
-  static bool configured = false;
-  if (!configured) {
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int((3 * kTileQ * kAttnMaxHeadDim + kTileK) * sizeof(float))));
-    configured = true;
+  KILN_CUDA_REQUIRE(q_start + n_q < (int64_t(1) << 31) && n_q < int64_t(65535) * 64, "attention: prefill too long");
+  const int group = n_heads / n_kv_heads;
+  const char* impl = attention_prefill_impl(q, kv, out, head_dim);
+  if (impl[0] == 'm') {  // tensor cores; head dims 8..64 run in the 64-wide tile, 72..128 in the 128-wide one
+    if (head_dim <= 64)
+      launch_prefill_mma<64>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    else
+      launch_prefill_mma<128>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    return;
   }
+  size_t smem = size_t(kTileQ * head_dim + kTileK * (head_dim + 1) + kTileK * head_dim) * sizeof(float);
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(prefill_fp32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int((3 * kTileQ * kAttnMaxHeadDim + kTileK) * sizeof(float))));
+  });
   dim3 grid(unsigned((n_q + kTileQ - 1) / kTileQ), unsigned(n_heads));
-  prefill_kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, out, n_q, q_start, n_heads, n_heads / n_kv_heads,
+  prefill_fp32_kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, out, n_q, q_start, n_heads, group,
                                                       head_dim, 1.0f / sqrtf(float(head_dim)));
   KILN_CUDA_CHECK_LAUNCH();
 }

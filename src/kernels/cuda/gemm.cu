@@ -1,14 +1,28 @@
 // Prefill GEMM on tensor cores: y(M, N) = x(M, K) . W(N, K)^T, both operands K-major.
 //
-// Block tile 128 (M) x 128 (N) x 32 (K), 8 warps as 2 (M) x 4 (N), warp tile 64 x 32, built from
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate): per k16 step a warp issues 4 x 4 MMAs fed by
-// 4 ldmatrix.x4 for A and 2 for B. Tiles stream global -> shared with cp.async in a 4-stage ring
-// (64 KB), so three tiles are in flight while the fourth is multiplied. Shared rows are 64 bytes
-// (4 chunks of 16 B); chunk c of row r is stored at c ^ ((r >> 1) & 3), which makes both the
-// cp.async stores and the 8-row ldmatrix reads bank-conflict free.
-// Bounds: rows past M or N and K chunks past K are zero-filled by cp.async (src-size 0), and the
+// One templated mma.sync kernel, block tile BM x BN x 32 (K), 8 warps as 2 (M) x 4 (N), each warp
+// a WM x WN tile of m16n8k16 MMAs (bf16 in, fp32 accumulate) fed by ldmatrix.x4. Tiles stream
+// global -> shared with cp.async in a 4-stage ring, so three tiles are in flight while the fourth
+// is multiplied. Shared rows are 64 bytes (4 chunks of 16 B); chunk c of row r is stored at
+// c ^ ((r >> 1) & 3), which makes both the cp.async stores and the 8-row ldmatrix reads bank-conflict
+// free. Bounds: rows past M or N and K chunks past K are zero-filled by cp.async (src-size 0), and the
 // epilogue masks stores. Needs K % 8 == 0 (16-byte chunks); otherwise a scalar fallback runs.
-// Plain mma.sync runs on sm_80 and sm_90; a wgmma (sm_90a) version is the next step.
+// Versions (kernel_lab times each through gemm_version; H200, Llama-3-8B shapes, M = 512..4096):
+//   v1: 128x128 tile, warp 64x32, 64 KB smem, 146 registers -> 1 block (8 warps) per SM.
+//       Measured ~230 TFLOP/s flat (cuBLAS 680-790).
+//   v2: v1 with __launch_bounds__(256, 2): <= 128 registers, 2 blocks per SM (128 KB smem), so one
+//       block's barrier / cp.async wait overlaps the other's MMAs; paired (bf16x2 / float2) epilogue
+//       stores. Predicted ~290 TFLOP/s (+25%), if ptxas holds 128 registers without spilling.
+//   v3: 128x256 tile, warp 64x64 (8 ldmatrix.x4 per 32 MMAs instead of 6 per 16: a third less
+//       shared-memory traffic per MMA; B tile reused over 128 rows, A over 256), 96 KB smem,
+//       1 block per SM. Predicted ~320 TFLOP/s where the grid fills the SMs (M*N / 32768 >= ~264
+//       tiles: M >= 2048 on every shape, and gate_up / lm_head at 512); at M=512 on N=4096 it has
+//       only 64 tiles, so the default picks v2 there.
+//   Measured (H200, 2026-11-30, same run as cuBLAS): v2 233-346 TFLOP/s (best at M >= 2048: 323-346;
+//   gate_up/lm_head 280-309), v3 only 250-265 (one 96 KB block per SM hides no latency: the
+//   prediction of 320 assumed the ldmatrix traffic was the limit, it is not), v1 225-259.
+//   Default: v2 everywhere. mma.sync peaks well below Hopper's wgmma rate; the step to cuBLAS
+//   (~700) is a wgmma + TMA kernel on sm_90a (not written yet).
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -18,11 +32,21 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4, THREADS = 256;
-constexpr int WM = 64, WN = 32;                         // warp tile
-constexpr int MI = WM / 16, NI = WN / 8;                // MMAs per warp tile: 4 x 4
-constexpr int kStageElems = (BM + BN) * BK;             // bf16 per stage: A (BM, BK) then B (BN, BK)
-constexpr int kSmemBytes = STAGES * kStageElems * 2;    // 64 KB
+constexpr int BK = 32, STAGES = 4, THREADS = 256;
+
+// Block tile BM x BN, warp tile WM x WN (8 warps), MINB blocks per SM asked of the compiler.
+template <int BM_, int BN_, int WM_, int WN_, int MINB_>
+struct Cfg {
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, MINB = MINB_;
+  static constexpr int MI = WM / 16, NI = WN / 8;               // MMAs per warp tile
+  static constexpr int kStageElems = (BM + BN) * BK;            // bf16 per stage: A (BM, BK), B (BN, BK)
+  static constexpr int kSmemBytes = STAGES * kStageElems * 2;
+  static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "8 warps");
+  static_assert((BM + BN) * BK / 8 % THREADS == 0, "whole chunks per thread");
+};
+using CfgV1 = Cfg<128, 128, 64, 32, 1>;  // 64 KB
+using CfgV2 = Cfg<128, 128, 64, 32, 2>;  // 64 KB, 2 per SM
+using CfgV3 = Cfg<128, 256, 64, 64, 1>;  // 96 KB
 
 __device__ __forceinline__ int swz(int row, int chunk) { return row * BK + ((chunk ^ ((row >> 1) & 3)) << 3); }
 
@@ -48,7 +72,8 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Copies K-tile kt of A (BM, BK) and B (BN, BK) into one stage: 1024 chunks of 16 B, 4 a thread.
+// Copies K-tile kt of A (BM, BK) and B (BN, BK) into one stage: (BM + BN) * 4 chunks of 16 B.
+template <int BM, int BN>
 __device__ __forceinline__ void load_stage(bf16* stage, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                            int64_t m0, int64_t n0, int64_t M, int64_t N, int64_t K, int64_t kt) {
   const uint32_t base = uint32_t(__cvta_generic_to_shared(stage));
@@ -65,16 +90,19 @@ __device__ __forceinline__ void load_stage(bf16* stage, const bf16* __restrict__
   }
 }
 
-__global__ void __launch_bounds__(THREADS, 1)
+template <class C>
+__global__ void __launch_bounds__(THREADS, C::MINB)
     gemm_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
                 void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K) {
+  constexpr int BM = C::BM, BN = C::BN, WM = C::WM, WN = C::WN, MI = C::MI, NI = C::NI;
+  constexpr int kStageElems = C::kStageElems;
   extern __shared__ __align__(128) bf16 smem[];  // STAGES x [A (BM, BK) | B (BN, BK)], swizzled
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = warp / (BN / WN), wn = warp % (BN / WN);  // warp's tile: rows wm*64, cols wn*32
+  const int wm = warp / (BN / WN), wn = warp % (BN / WN);  // warp's tile: rows wm*WM, cols wn*WN
   const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
   const int64_t k_tiles = (K + BK - 1) / BK;
 
-  float acc[MI][NI][4];  // (64, 32) warp tile as 4 x 4 mma accumulators
+  float acc[MI][NI][4];  // (WM, WN) warp tile as MI x NI mma accumulators
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -84,7 +112,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(smem + s * kStageElems, x, w, m0, n0, M, N, K, s);
+    if (s < k_tiles) load_stage<BM, BN>(smem + s * kStageElems, x, w, m0, n0, M, N, K, s);
     cp_async_commit();
   }
 
@@ -92,7 +120,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     cp_async_wait<STAGES - 2>();  // tile kt has landed (for this thread) ...
     __syncthreads();              // ... for all threads; and stage (kt-1) % STAGES is free again
     int64_t next = kt + STAGES - 1;
-    if (next < k_tiles) load_stage(smem + (next % STAGES) * kStageElems, x, w, m0, n0, M, N, K, next);
+    if (next < k_tiles) load_stage<BM, BN>(smem + (next % STAGES) * kStageElems, x, w, m0, n0, M, N, K, next);
     cp_async_commit();
 
     const bf16* sa = smem + (kt % STAGES) * kStageElems;  // (BM, BK)
@@ -121,16 +149,29 @@ __global__ void __launch_bounds__(THREADS, 1)
   cp_async_wait<0>();
 
   // Epilogue: accumulator e of tile (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e).
+  // Columns come in even pairs (c, c + 1): one paired store when both exist and N is even.
   const int g = lane / 4, t = lane % 4;
+  const bool pairs = (N & 1) == 0;
 #pragma unroll
-  for (int i = 0; i < MI; ++i) {
+  for (int j = 0; j < NI; ++j) {
+    const int64_t c = n0 + wn * WN + j * 8 + 2 * t;
+    if (c >= N) continue;
+    const bool has_c1 = c + 1 < N;
+    const float b0 = bias ? __bfloat162float(bias[c]) : 0.0f;
+    const float b1 = bias && has_c1 ? __bfloat162float(bias[c + 1]) : 0.0f;
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
+    for (int i = 0; i < MI; ++i) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int64_t r = m0 + wm * WM + i * 16 + g + (e >= 2 ? 8 : 0);
-        int64_t c = n0 + wn * WN + j * 8 + 2 * t + (e & 1);
-        if (r < M && c < N) store_out(y, mode, r * N + c, acc[i][j][e] + (bias ? __bfloat162float(bias[c]) : 0.0f));
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = m0 + wm * WM + i * 16 + g + 8 * h;
+        if (r >= M) continue;
+        const float v0 = acc[i][j][2 * h] + b0, v1 = acc[i][j][2 * h + 1] + b1;
+        if (pairs && has_c1) {
+          store_out2(y, mode, r * N + c, v0, v1);
+        } else {
+          store_out(y, mode, r * N + c, v0);
+          if (has_c1) store_out(y, mode, r * N + c + 1, v1);
+        }
       }
     }
   }
@@ -148,10 +189,28 @@ __global__ void gemm_scalar_kernel(const bf16* __restrict__ x, const bf16* __res
   store_out(y, mode, idx, acc + (bias ? __bfloat162float(bias[c]) : 0.0f));
 }
 
+
+template <class C>
+void launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
+            cudaStream_t stream) {
+  static bool configured = false;  // raising the dynamic shared-memory limit once is enough
+  if (!configured) {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    configured = true;
+  }
+  KILN_CUDA_REQUIRE((M + C::BM - 1) / C::BM < 65536, "gemm: M is too large");
+  dim3 grid(unsigned((N + C::BN - 1) / C::BN), unsigned((M + C::BM - 1) / C::BM));
+  gemm_kernel<C><<<grid, THREADS, C::kSmemBytes, stream>>>(x, w, bias, y, mode, M, N, K);
+}
+
+
 }  // namespace
 
-void gemm(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
-          cudaStream_t stream) {
+int gemm_versions() { return 3; }
+
+void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
+                  int64_t N, int64_t K, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(version >= 0 && version <= gemm_versions(), "gemm: no such version");
   if (M == 0 || N == 0) return;
   if (K % 8 != 0) {
     int64_t total = M * N;
@@ -159,15 +218,19 @@ void gemm(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
     KILN_CUDA_CHECK_LAUNCH();
     return;
   }
-  static bool configured = false;  // raising the dynamic shared-memory limit once is enough
-  if (!configured) {
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    configured = true;
-  }
-  KILN_CUDA_REQUIRE((M + BM - 1) / BM < 65536, "gemm: M is too large");
-  dim3 grid(unsigned((N + BN - 1) / BN), unsigned((M + BM - 1) / BM));
-  gemm_kernel<<<grid, THREADS, kSmemBytes, stream>>>(x, w, bias, y, mode, M, N, K);
+  if (version == 0) version = 2;  // the fastest on every measured shape (see the header)
+  if (version == 1)
+    launch<CfgV1>(x, w, bias, y, mode, M, N, K, stream);
+  else if (version == 2)
+    launch<CfgV2>(x, w, bias, y, mode, M, N, K, stream);
+  else
+    launch<CfgV3>(x, w, bias, y, mode, M, N, K, stream);
   KILN_CUDA_CHECK_LAUNCH();
+}
+
+void gemm(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
+          cudaStream_t stream) {
+  gemm_version(0, x, w, bias, y, mode, M, N, K, stream);
 }
 
 }  // namespace kiln::cuda

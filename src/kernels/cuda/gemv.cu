@@ -1,11 +1,27 @@
 // Decode GEMV: y(M, N) = x(M, K) . W(N, K)^T for M <= 16.
 //
-// Memory-bound on W (N*K*2 bytes; x and y are tiny). Each warp owns kRowsPerWarp = 2 weight rows
-// and walks K in 16-byte chunks (8 bf16), lane-strided so a warp reads 512 contiguous bytes of a
-// row per step; U chunks per row are loaded before any is used, so 2*U 16-byte loads are in flight
-// per lane. x chunks come through L1 (every warp of the SM reads the same x), and each x chunk is
-// reused for both rows. fp32 accumulation, one warp reduction at the end.
-// Instantiations: M in {1, 2, 4, 8, 16}; a run-time m_actual <= M masks the extra rows.
+// Memory-bound on W (N*K*2 bytes; x and y are tiny). Versions (kernel_lab times each, `gemv_version`):
+//   v1: FMA kernel. Each warp owns 2 weight rows, walks K in 16-byte chunks lane-strided (512 B of
+//       a row per load instruction), U = 4 (M <= 4) or 2 chunks per row in flight; x via L1; M x 8
+//       FMAs per weight chunk, so the time grows with M (H200: gate_up 64.5 us at M=1, 286 at M=16).
+//       Kept for K % 8 != 0 (scalar path) and as the lab baseline.
+//   v2: tensor-core kernel, every M. A block owns 16 weight rows (one m16 A tile) and splits K over
+//       W warps (4, or 8 when the grid is small); partial sums meet in shared memory. A lane (g, t)
+//       = (lane/4, lane%4) loads, per chunk group u, 16 bytes of weight rows g and g+8 at chunk
+//       4u + t straight into registers: those 8 k values are the A fragments of two m16n8k16 MMAs
+//       under a k permutation (physical k 8t + 4s + 2h + l is MMA s's logical k 8h + 2t + l), and
+//       the same permutation makes the B fragment of activation row g one 16-byte load of x at the
+//       same chunk. So W is read once for all M rows, each element loaded into registers once, and
+//       the math is 2 MMAs per weight load per 8 activation rows (two n-tiles for M > 8): the FMA
+//       pipe is out of the picture and the time should not grow with M. U = 8 chunk groups per step
+//       (16 x 16-byte weight loads in flight per lane, 8 KB per warp; U = 6 for M > 8 to stay
+//       without spills), <= 128 registers so 16 warps
+//       fit per SM (>= 64 KB of weight loads in flight per SM). Loads carry .L2::256B so the 64-byte
+//       row pieces of one instruction become whole-line DRAM fetches.
+//   Predicted (H200, copy ceiling 3.9-4.25 TB/s, vs v1): gate_up / down / lm_head at every M within
+//   5% of v1's M=1 (64.5 / 40.7 / 247 us; down at 40.7 is 2.9 TB/s so v2 may gain there from the
+//   8-warp K split: ~32 us); qkv M=1 21.3 -> ~15 us, o 18.2 -> ~11 us (whole matrix requested in
+//   about one round trip: all blocks resident in one wave, <= 3 blocks per SM).
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -109,31 +125,179 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const bf16* __restric
 }
 
 template <int M>
-void launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m_actual, int64_t N, int64_t K,
-            cudaStream_t stream) {
+void launch_v1(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m_actual, int64_t N,
+               int64_t K, cudaStream_t stream) {
   int64_t rows_per_block = kWarps * kRowsPerWarp;
   unsigned blocks = unsigned((N + rows_per_block - 1) / rows_per_block);
   gemv_kernel<M><<<blocks, kWarps * 32, 0, stream>>>(x, w, bias, y, mode, m_actual, N, K);
 }
 
+void gemv_v1(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
+             cudaStream_t stream) {
+  if (m == 1)
+    launch_v1<1>(x, w, bias, y, mode, m, N, K, stream);
+  else if (m == 2)
+    launch_v1<2>(x, w, bias, y, mode, m, N, K, stream);
+  else if (m <= 4)
+    launch_v1<4>(x, w, bias, y, mode, m, N, K, stream);
+  else if (m <= 8)
+    launch_v1<8>(x, w, bias, y, mode, m, N, K, stream);
+  else
+    launch_v1<16>(x, w, bias, y, mode, m, N, K, stream);
+}
+
+// ---- v2: tensor cores (see the top of the file) ----
+
+// 16 bytes of a weight row: read once, so no L1 allocation; .L2::256B asks L2 for the whole
+// 256-byte span, which the following chunk groups of the same row read next.
+__device__ __forceinline__ uint4 ld_weight(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// NT n-tiles of 8 activation rows (1: M <= 8, 2: M <= 16); U chunk groups per step; W warps split K.
+// Needs K % 8 == 0. Rows past N are clamped to N - 1 for the loads and masked at the store.
+template <int NT, int U, int W>
+__global__ void __launch_bounds__(W * 32, 16 / W)
+    gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                    void* __restrict__ y, OutMode mode, int m_actual, int64_t N, int64_t K) {
+  __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t n_chunks = K / 8;
+  const uint4* w_lo = reinterpret_cast<const uint4*>(w + imin64(row0 + g, N - 1) * K);
+  const uint4* w_hi = reinterpret_cast<const uint4*>(w + imin64(row0 + g + 8, N - 1) * K);
+  const uint4* xr[NT];
+  bool x_ok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    x_ok[j] = 8 * j + g < m_actual;
+    xr[j] = reinterpret_cast<const uint4*>(x + (x_ok[j] ? (8 * j + g) * K : 0));
+  }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+
+  constexpr int kStep = 4 * U;  // chunks per warp step
+  // The loop bound is warp-uniform (mma.sync needs the whole warp); lane t's chunks are base + t + 4u.
+  for (int64_t step = int64_t(warp) * kStep; step < n_chunks; step += int64_t(W) * kStep) {
+    const int64_t base = step + t;
+    uint4 a_lo[U], a_hi[U], b[NT][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // every weight load first: they are what the kernel waits on
+      const int64_t c = base + 4 * u;
+      if (c < n_chunks) {
+        a_lo[u] = ld_weight(w_lo + c);
+        a_hi[u] = ld_weight(w_hi + c);
+      } else {
+        a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = base + 4 * u;
+        b[j][u] = (x_ok[j] && c < n_chunks) ? __ldg(xr[j] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma_16816(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
+        mma_16816(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
+      }
+  }
+
+  // Accumulator e of n-tile j: weight row g + 8*(e/2), activation row 8j + 2t + e%2.
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
+  __syncthreads();
+  // Thread i sums (row i % 16, activation row i / 16) over the warps: consecutive threads store
+  // consecutive n.
+  for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
+    const int r = i % 16, m = i / 16;
+    const int64_t n = row0 + r;
+    if (m >= m_actual || n >= N) continue;
+    float v = bias ? __bfloat162float(bias[n]) : 0.0f;
+#pragma unroll
+    for (int q = 0; q < W; ++q) v += red[q][r][m];
+    store_out(y, mode, int64_t(m) * N + n, v);
+  }
+}
+
+int sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&dev));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+template <int NT>
+void launch_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
+               cudaStream_t stream) {
+  const int64_t blocks = (N + 15) / 16;
+  // 16 warps fit per SM (<= 128 registers). A grid that fits in two blocks per SM takes 8-warp
+  // blocks (o, down: 256 blocks -> 16 warps on each SM); larger grids take 4-warp blocks, so up to
+  // 4 are resident per SM and a grid of <= 4 blocks per SM (qkv: 384) runs in one wave.
+  // U = 8 chunk groups per step for one n-tile; 6 for two (the second tile's x fragments would push
+  // U = 8 past 128 registers: ptxas spilled).
+  constexpr int U = NT == 1 ? 8 : 6;
+  if (blocks <= 2 * int64_t(sm_count()))
+    gemv_mma_kernel<NT, U, 8><<<unsigned(blocks), 8 * 32, 0, stream>>>(x, w, bias, y, mode, m, N, K);
+  else
+    gemv_mma_kernel<NT, U, 4><<<unsigned(blocks), 4 * 32, 0, stream>>>(x, w, bias, y, mode, m, N, K);
+}
+
+void gemv_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
+             cudaStream_t stream) {
+  if (K % 8 != 0) return gemv_v1(x, w, bias, y, mode, m, N, K, stream);  // scalar path
+  if (m <= 8)
+    launch_v2<1>(x, w, bias, y, mode, m, N, K, stream);
+  else
+    launch_v2<2>(x, w, bias, y, mode, m, N, K, stream);
+}
+
 }  // namespace
+
+int gemv_versions() { return 2; }
+
+void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
+                  int64_t N, int64_t K, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(M >= 1 && M <= kGemvMaxRows, "gemv takes 1..16 rows");
+  KILN_CUDA_REQUIRE(version >= 0 && version <= gemv_versions(), "gemv: no such version");
+  if (N == 0) return;
+  const int m = int(M);
+  if (version == 1)
+    gemv_v1(x, w, bias, y, mode, m, N, K, stream);
+  else
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream);  // the default (version 0)
+  KILN_CUDA_CHECK_LAUNCH();
+}
 
 void gemv(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
           cudaStream_t stream) {
-  KILN_CUDA_REQUIRE(M >= 1 && M <= kGemvMaxRows, "gemv takes 1..16 rows");
-  if (N == 0) return;
-  int m = int(M);
-  if (m == 1)
-    launch<1>(x, w, bias, y, mode, m, N, K, stream);
-  else if (m == 2)
-    launch<2>(x, w, bias, y, mode, m, N, K, stream);
-  else if (m <= 4)
-    launch<4>(x, w, bias, y, mode, m, N, K, stream);
-  else if (m <= 8)
-    launch<8>(x, w, bias, y, mode, m, N, K, stream);
-  else
-    launch<16>(x, w, bias, y, mode, m, N, K, stream);
-  KILN_CUDA_CHECK_LAUNCH();
+  gemv_version(0, x, w, bias, y, mode, M, N, K, stream);
 }
 
 }  // namespace kiln::cuda

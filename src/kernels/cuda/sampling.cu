@@ -1,8 +1,10 @@
-// argmax: a block reduction of (value, index). Top-k/top-p: the k-th largest logit is found by a
-// 32-step binary search over the order-preserving integer image of the floats (each step counts
-// the keys >= the candidate over the row), the candidates >= it are gathered into shared memory,
-// bitonic-sorted (value descending, id ascending), and one thread runs the softmax, the top-p cut
-// and the draw over at most 1024 candidates.
+// argmax: a block reduction of (value, index). Top-k/top-p: the k-th largest logit T is found by a
+// radix select over the order-preserving integer image of the floats (4 passes of 8 bits, a
+// 256-bin shared histogram each; always exactly 4 passes, whatever the input). The keys > T are
+// gathered, then the keys == T in id order until k candidates (ties go to the lower id), the
+// candidates are bitonic-sorted (value descending, id ascending), and one thread runs the softmax,
+// the top-p cut and the draw over at most 1024 candidates. NaN logits are never candidates;
+// -inf logits are (weight 0 unless every candidate is -inf, then they are drawn uniformly).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -17,7 +19,8 @@ namespace {
 constexpr int kThreads = 1024;
 
 __device__ __forceinline__ uint32_t order_key(float f) {
-  uint32_t b = __float_as_uint(f);
+  if (isnan(f)) return 0u;  // below every number (-inf maps to 0x007fffff)
+  uint32_t b = f == 0.0f ? 0u : __float_as_uint(f);  // -0 ties with +0, as in a float compare
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // larger float -> larger key
 }
 
@@ -55,45 +58,92 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restric
   }
 }
 
-__device__ int block_count(int c, int* scratch) {
-  for (int off = 16; off > 0; off >>= 1) c += __shfl_xor_sync(0xffffffffu, c, off);
-  __syncthreads();  // scratch may still be read from the previous call
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = c;
-  __syncthreads();
-  int total = 0;
-  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
-  return total;
-}
-
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab,
                                                           SampleParams p, int32_t* __restrict__ out) {
   __shared__ float cv[kSampleMaxK];
   __shared__ int ci[kSampleMaxK];
-  __shared__ int scratch[32];
-  __shared__ int n_cand;
+  __shared__ int hist[256];
+  __shared__ int warp_sums[kThreads / 32];
+  __shared__ uint32_t sel_digit;
+  __shared__ int sel_remaining, n_gt;
   const float* row = logits + int64_t(blockIdx.x) * vocab;
   const int k = int(imin64(vocab, (p.top_k <= 0 || p.top_k > kSampleMaxK) ? kSampleMaxK : p.top_k));
-
-  // Largest key T with count(key >= T) >= k: T is the k-th largest key.
-  uint32_t lo = 0, hi = 0xffffffffu;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo + 1) / 2;
-    int c = 0;
-    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) c += order_key(row[i]) >= mid;
-    if (block_count(c, scratch) >= k)
-      lo = mid;
-    else
-      hi = mid - 1;
+  if (k <= 0) {  // empty row (vocab 0): uniform over the block, no barrier reached
+    if (threadIdx.x == 0) out[blockIdx.x] = 0;
+    return;
   }
-  if (threadIdx.x == 0) n_cand = 0;
+
+  // Radix select: T = the k-th largest key (NaN keys are 0, so they count but rank last).
+  // Invariant: `remaining` (>= 1) of the keys matching `prefix` on the bits decided so far rank
+  // at or below T; the pass picks the digit where the count from the top reaches it.
+  uint32_t prefix = 0, mask = 0;
+  int remaining = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+      uint32_t key = order_key(row[i]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int cum = 0;
+      uint32_t dgt = 0;
+      int rem = remaining;
+      for (int d = 255; d >= 0; --d) {  // bounded; always finds a digit since count >= remaining
+        if (cum + hist[d] >= remaining) {
+          dgt = uint32_t(d);
+          rem = remaining - cum;
+          break;
+        }
+        cum += hist[d];
+      }
+      sel_digit = dgt;
+      sel_remaining = rem;
+    }
+    __syncthreads();
+    prefix |= sel_digit << shift;
+    mask |= 255u << shift;
+    remaining = sel_remaining;
+    __syncthreads();  // sel_* and hist are rewritten by the next pass
+  }
+  const uint32_t T = prefix;  // `remaining` keys equal to T are taken (the lowest ids)
+
+  if (threadIdx.x == 0) n_gt = 0;
   cv[threadIdx.x] = -INFINITY;
   ci[threadIdx.x] = 0x7fffffff;
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-    if (order_key(row[i]) >= lo) {
-      int slot = atomicAdd(&n_cand, 1);
-      if (slot < kSampleMaxK) cv[slot] = row[i], ci[slot] = int(i);
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {  // fewer than k keys are > T
+    float v = row[i];
+    if (order_key(v) > T) {
+      int slot = atomicAdd(&n_gt, 1);
+      if (slot < kSampleMaxK) cv[slot] = v, ci[slot] = int(i);
     }
+  }
+  __syncthreads();
+  const int gt = min(n_gt, kSampleMaxK);
+  int n_cand = gt;
+  if (T != 0u) {  // ties at T, in id order (a block-wide prefix count per chunk of kThreads ids)
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int taken = 0;
+    for (int64_t base = 0; base < vocab && taken < remaining; base += kThreads) {  // uniform bounds
+      int64_t i = base + threadIdx.x;
+      bool tie = i < vocab && order_key(row[i]) == T;
+      unsigned bal = __ballot_sync(0xffffffffu, tie);
+      if (lane == 0) warp_sums[warp] = __popc(bal);
+      __syncthreads();
+      int before = 0, total = 0;
+      for (int w = 0; w < kThreads / 32; ++w) {
+        int c = warp_sums[w];
+        before += w < warp ? c : 0;
+        total += c;
+      }
+      int rank = taken + before + __popc(bal & ((1u << lane) - 1u));
+      if (tie && rank < remaining && gt + rank < kSampleMaxK) cv[gt + rank] = row[i], ci[gt + rank] = int(i);
+      taken += total;
+      __syncthreads();  // warp_sums is rewritten by the next chunk
+    }
+    n_cand = min(kSampleMaxK, gt + min(taken, remaining));
   }
   __syncthreads();
   // Bitonic sort of 1024 (value desc, id asc); one element a thread.
@@ -114,18 +164,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     }
   }
   if (threadIdx.x == 0) {
-    const int n = min(k, min(n_cand, kSampleMaxK));
+    const int n = min(k, n_cand);
     if (n == 0) {  // every logit NaN
       out[blockIdx.x] = 0;
       return;
     }
     const float inv_t = 1.0f / fmaxf(p.temperature, 1e-6f), top = cv[0];
     float total = 0.0f;
-    for (int i = 0; i < n; ++i) total += expf((cv[i] - top) * inv_t);
+    // Weight of candidate i; equal to the top counts 1 (so an all -inf or a +inf top is not NaN).
+    auto weight = [&](int i) { return cv[i] == top ? 1.0f : expf((cv[i] - top) * inv_t); };
+    for (int i = 0; i < n; ++i) total += weight(i);
     float kept = 0.0f;
     int n_keep = n;
     for (int i = 0; i < n; ++i) {
-      kept += expf((cv[i] - top) * inv_t);
+      kept += weight(i);
       if (kept >= p.top_p * total) {
         n_keep = i + 1;
         break;
@@ -134,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     float target = sample_uniform(p.seed, blockIdx.x) * kept, acc = 0.0f;
     int pick = ci[n_keep - 1];
     for (int i = 0; i < n_keep; ++i) {
-      acc += expf((cv[i] - top) * inv_t);
+      acc += weight(i);
       if (acc > target) {
         pick = ci[i];
         break;
