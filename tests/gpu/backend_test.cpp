@@ -49,6 +49,33 @@ ModelConfig small_qwen_like() {  // qkv bias, head_dim 80, GQA 3, interleaved Ro
   return c;
 }
 
+ModelConfig small_gqa7() {  // GQA 7 (14/2 heads), head_dim 64, a vocabulary that is no multiple of 64
+  ModelConfig c = small_llama();
+  c.name = "test-gqa7";
+  c.vocab_size = 1001;
+  c.hidden_size = 896;
+  c.intermediate_size = 1000;
+  c.n_layers = 2;
+  c.n_heads = 14;
+  c.n_kv_heads = 2;
+  return c;
+}
+
+ModelConfig small_mha_d128() {  // no GQA (4/4 heads), head_dim 128, interleaved RoPE, separate lm_head
+  ModelConfig c = small_llama();
+  c.name = "test-mha-d128";
+  c.vocab_size = 777;
+  c.hidden_size = 512;
+  c.intermediate_size = 1376;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.head_dim = 128;
+  c.rope.rot_dim = 128;
+  c.rope.style = RopeStyle::interleaved;
+  return c;
+}
+
 std::vector<int32_t> prompt(int64_t n, int64_t vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t((i * 131 + 7) % vocab);
@@ -64,7 +91,14 @@ float top2_gap(std::span<const float> v) {
 
 class GpuBackend : public testing::TestWithParam<int> {
  protected:
-  ModelConfig config() const { return GetParam() == 0 ? small_llama() : small_qwen_like(); }
+  ModelConfig config() const {
+    switch (GetParam()) {
+      case 0: return small_llama();
+      case 1: return small_qwen_like();
+      case 2: return small_gqa7();
+      default: return small_mha_d128();
+    }
+  }
 };
 
 TEST_P(GpuBackend, PrefillAndDecodeLogitsMatchCpu) {
@@ -169,8 +203,11 @@ TEST_P(GpuBackend, ProfilingReportsEveryKernel) {
   EXPECT_TRUE(saw_decode);
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, GpuBackend, testing::Values(0, 1),
-                         [](const testing::TestParamInfo<int>& i) { return i.param == 0 ? "llama_gqa4" : "qwen_bias_d80_gqa3"; });
+std::string config_name(const testing::TestParamInfo<int>& info) {
+  static const char* const names[] = {"llama_gqa4", "qwen_bias_d80_gqa3", "gqa7_d64_vocab1001", "mha_d128"};
+  return names[info.param];
+}
+INSTANTIATE_TEST_SUITE_P(Configs, GpuBackend, testing::Values(0, 1, 2, 3), config_name);
 
 TEST(GpuPresets, ShapesAreValid) {  // runs without a GPU too
   for (const std::string& name : preset_names()) {

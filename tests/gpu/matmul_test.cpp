@@ -1,4 +1,6 @@
 // GEMV and GEMM against cpu::matmul on the same bf16-rounded inputs, every output mode, odd shapes.
+#include <cstring>
+
 #include "backend/cpu/ops.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/matmul.h"
@@ -63,7 +65,8 @@ constexpr cuda::OutMode kModes[] = {cuda::OutMode::store_bf16, cuda::OutMode::st
 // Every row count 1..16 through the default dispatch (matmul -> gemv). N not a multiple of 16 (the
 // v2 row tile), K a multiple of 8 but not of 32 / 256 (v2's chunk group / warp step), K % 8 != 0
 // (scalar path), N = 4500 (> 2 blocks per SM of 16 rows on an H200: v2's 4-warp blocks; the
-// smaller N take the 8-warp blocks), K = 4104 (several warp steps, ragged last one).
+// smaller N take the 8-warp blocks), K = 4104 (several warp steps, ragged last one; with N = 64 the
+// default is v3, split-K across blocks).
 TEST(GpuMatmul, GemvAllRowCountsAndModes) {
   KILN_REQUIRE_GPU();
   for (int64_t m = 1; m <= 16; ++m)
@@ -79,6 +82,47 @@ TEST(GpuMatmul, GemvEveryVersion) {
     for (int64_t m = 1; m <= 16; ++m)
       for (Shape s : {Shape{m, 129, 264}, Shape{m, 17, 1000}, Shape{m, 4500, 40}})
         for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 0, Path::gemv, v);
+}
+
+// v3 (split-K across blocks) at every M on odd shapes: N = 37 (3 row blocks: many splits, ragged
+// last tile) and 4500 (282 row blocks: < 4 per SM on an H200, the default-v3 range); K = 4104 (513
+// chunks: S = 5 with a 1-chunk last split) and 1000 (125 chunks: 256-element splits, ragged last).
+// Every mode, bias on half. Then the default dispatch on the same shapes (picks v3 on them).
+TEST(GpuMatmul, GemvSplitKEveryRowCount) {
+  KILN_REQUIRE_GPU();
+  for (int64_t m = 1; m <= 16; ++m)
+    for (Shape s : {Shape{m, 37, 4104}, Shape{m, 4500, 4104}, Shape{m, 37, 1000}, Shape{m, 4500, 1000}})
+      for (auto mode : kModes) {
+        check_matmul(s, mode, m % 2 == 1, Path::gemv, 3);
+        if (m % 5 == 1) check_matmul(s, mode, m % 2 == 0, Path::gemv, 0);
+      }
+}
+
+// v3's split reduction is in a fixed order (not arrival order) and its arrival counters reset
+// themselves: repeated launches give the same bits, and a launch with a different grid in between
+// (other N / K, so other counters and splits) does not disturb them.
+TEST(GpuMatmul, GemvSplitKDeterministic) {
+  KILN_REQUIRE_GPU();
+  const int64_t N = 4500, K = 4104;
+  for (int64_t m : {1, 7, 16}) {
+    auto x = random_bf16_values(size_t(m * K), 11);
+    auto w = random_bf16_values(size_t(N * K), 12, 0.1f);
+    auto dx = to_device_bf16(x), dw = to_device_bf16(w);
+    DeviceBuffer<float> y(size_t(m * N)), other(size_t(m * 37));
+    std::vector<float> first;
+    for (int rep = 0; rep < 4; ++rep) {
+      y.poison();
+      cuda::gemv_version(3, dx.data(), dw.data(), nullptr, y.data(), cuda::OutMode::store_f32, m, N, K, nullptr);
+      cuda::gemv_version(3, dx.data(), dw.data(), nullptr, other.data(), cuda::OutMode::store_f32, m, 37, 1000,
+                         nullptr);
+      cuda::cuda_synchronize();
+      std::vector<float> out = y.to_host();
+      if (rep == 0)
+        first = out;
+      else
+        ASSERT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float))) << "M=" << m << " rep " << rep;
+    }
+  }
 }
 
 // Every gemm version on odd shapes (M, N, K not multiples of any tile; K % 8 != 0 takes the scalar

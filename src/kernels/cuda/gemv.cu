@@ -22,7 +22,30 @@
 //   5% of v1's M=1 (64.5 / 40.7 / 247 us; down at 40.7 is 2.9 TB/s so v2 may gain there from the
 //   8-warp K split: ~32 us); qkv M=1 21.3 -> ~15 us, o 18.2 -> ~11 us (whole matrix requested in
 //   about one round trip: all blocks resident in one wave, <= 3 blocks per SM).
+//   Measured v2 (H200, copy 3925 GB/s): gate_up 91-93%, down 81%, lm_head ~107%, but qkv 21.1 us (60%)
+//   and o 17.5 us (48%), flat in M: 384 / 256 blocks of 16 rows for 132 SMs. Each warp streams its
+//   share in 2 bursts of 16 loads (all warps in lockstep), so DRAM idles between the bursts (load
+//   latency + the 32-MMA dependent chain of a step) and at the single wave's tail.
+//   v3: v2 with split-K across blocks, for grids of < 4 row blocks per SM. Grid (N/16, S): block (bx, s) covers a K range of whole 1024-element block steps
+//       (256 for K < 2048), S from N, K and the SM count only (not M: batch-invariant) to give ~8
+//       blocks of 4 warps per SM (o: S = 4, 1024 blocks, one step per warp; qkv: S = 4, 1536;
+//       down: S = 7, 1792), so blocks retire and are replaced while others wait on DRAM instead of
+//       the whole GPU moving in lockstep bursts. Two accumulator chains per n-tile halve the MMA
+//       chain of a step. Partials (fp32, S x M x N) go to a static __device__ workspace (2 MB, no
+//       allocation: safe under graph capture); the last block of a row block to arrive (atomic
+//       counter, self-resetting) sums the S partials in split order and applies the epilogue, so the
+//       result is deterministic and there is no second kernel launch. Not safe for two v3 launches
+//       running concurrently on different streams of one device (they share the workspace).
+//   Predicted: o 17.5 -> ~11 us (~75% of copy), qkv 21.1 -> ~15 us (~85%), down ~ -10% (81% -> ~88%);
+//   cost per block: one fence + atomic (~1 us, overlapped by the 3 other resident blocks) and
+//   S x M x N x 8 bytes of partial traffic (M = 16: < 4% of W).
+//   Measured (H200 run 4, same run as v2): SLOWER on every shape it targets: qkv 20.0 -> 24.5 us,
+//   o 16.5 -> 19.2 us, down 35.5 -> 40.3 us at M=1 (decode step 4.77 -> 5.15 ms). The bursts were not
+//   the limit: smaller blocks add a fence + atomic + a serialized last-block reduction per 16 rows
+//   and more, shorter load streams. Kept as a lab version (the evidence); the default is v2.
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/epilogue.cuh"
@@ -278,9 +301,183 @@ void gemv_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mo
     launch_v2<2>(x, w, bias, y, mode, m, N, K, stream);
 }
 
+// ---- v3: v2 with split-K across blocks (see the top of the file) ----
+
+// Static workspace of v3 (one per device: a __device__ variable lives in every device's copy of the
+// module; no allocation, so nothing to do inside a CUDA graph capture): the fp32 partial sums of
+// the S splits, (S, m, N) for the launch at hand, and one arrival counter per 16-row block. A
+// counter is 0 between launches: the last block of its row block sets it back.
+constexpr int kSplitMaxBlocks = 2048;  // S * row blocks of a split launch (H200 default: <= 1584)
+__device__ float g_split_part[int64_t(kSplitMaxBlocks) * 16 * kGemvMaxRows];  // 2 MB
+__device__ unsigned g_split_count[kSplitMaxBlocks];
+
+// NT, U, W as in v2; C independent MMA accumulator chains per n-tile (the two MMAs of a chunk group
+// go to chains s % C; v2's single chain makes the 2U MMAs of a step one dependent sequence of
+// ~2U x 30 cycles during which the warp has no load in flight). Block (bx, s) covers chunks
+// [s * split_chunks, min((s + 1) * split_chunks, K / 8)) of rows 16 bx .. 16 bx + 15.
+template <int NT, int U, int W, int C>
+__global__ void __launch_bounds__(W * 32, 16 / W)
+    gemv_split_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
+                      void* __restrict__ y, OutMode mode, int m_actual, int64_t N, int64_t K, int64_t split_chunks) {
+  __shared__ float red[W][16][8 * NT + 1];
+  __shared__ bool is_last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t c_begin = int64_t(blockIdx.y) * split_chunks;
+  const int64_t c_end = imin64(c_begin + split_chunks, K / 8);
+  const uint4* w_lo = reinterpret_cast<const uint4*>(w + imin64(row0 + g, N - 1) * K);
+  const uint4* w_hi = reinterpret_cast<const uint4*>(w + imin64(row0 + g + 8, N - 1) * K);
+  const uint4* xr[NT];
+  bool x_ok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    x_ok[j] = 8 * j + g < m_actual;
+    xr[j] = reinterpret_cast<const uint4*>(x + (x_ok[j] ? (8 * j + g) * K : 0));
+  }
+
+  float acc[C][NT][4];
+#pragma unroll
+  for (int q = 0; q < C; ++q)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[q][j][e] = 0.0f;
+
+  constexpr int kStep = 4 * U;
+  for (int64_t step = c_begin + int64_t(warp) * kStep; step < c_end; step += int64_t(W) * kStep) {
+    const int64_t base = step + t;
+    uint4 a_lo[U], a_hi[U], b[NT][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + 4 * u;
+      if (c < c_end) {
+        a_lo[u] = ld_weight(w_lo + c);
+        a_hi[u] = ld_weight(w_hi + c);
+      } else {
+        a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = base + 4 * u;
+        b[j][u] = (x_ok[j] && c < c_end) ? __ldg(xr[j] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma_16816(acc[0][j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
+        mma_16816(acc[1 % C][j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
+      }
+  }
+
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = acc[0][j][e];
+#pragma unroll
+      for (int q = 1; q < C; ++q) v += acc[q][j][e];
+      red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = v;
+    }
+  __syncthreads();
+  const int S = int(gridDim.y);
+  if (S == 1) {  // no split: v2's epilogue
+    for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
+      const int r = i % 16, m = i / 16;
+      const int64_t n = row0 + r;
+      if (m >= m_actual || n >= N) continue;
+      float v = bias ? __bfloat162float(bias[n]) : 0.0f;
+#pragma unroll
+      for (int q = 0; q < W; ++q) v += red[q][r][m];
+      store_out(y, mode, int64_t(m) * N + n, v);
+    }
+    return;
+  }
+  // Split: this block's partial to the workspace, then the last block of the row block to arrive
+  // sums the S partials in split order (so the result does not depend on arrival order: the same
+  // bits every run) and applies the epilogue.
+  const int64_t plane = int64_t(m_actual) * N;  // floats per split
+  for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
+    const int r = i % 16, m = i / 16;
+    const int64_t n = row0 + r;
+    if (m >= m_actual || n >= N) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int q = 0; q < W; ++q) v += red[q][r][m];
+    g_split_part[blockIdx.y * plane + int64_t(m) * N + n] = v;
+  }
+  __threadfence();  // the partials are visible device-wide before the arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(&g_split_count[blockIdx.x], 1u) == unsigned(S - 1);
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
+    const int r = i % 16, m = i / 16;
+    const int64_t n = row0 + r;
+    if (m >= m_actual || n >= N) continue;
+    float v = bias ? __bfloat162float(bias[n]) : 0.0f;
+    for (int s = 0; s < S; ++s) v += __ldcg(&g_split_part[s * plane + int64_t(m) * N + n]);  // L2: not a stale L1 line
+    store_out(y, mode, int64_t(m) * N + n, v);
+  }
+  if (threadIdx.x == 0) g_split_count[blockIdx.x] = 0;  // ready for the next launch
+}
+
+// Splits of K for v3: depends on N, K and the SM count only (never on M, so a row's result is the
+// same at every batch size up to v2/v3's n-tile choice). Aim at ~8 blocks of 4 warps per SM (2
+// waves of 4 resident blocks: retiring blocks are replaced while others wait on DRAM, instead of
+// v2's whole-GPU bursts); splits are whole 1024-element block steps (256 for small K) so the 4
+// warps of a block get equal work at U = 8.
+int64_t split_chunks_v3(int64_t N, int64_t K) {
+  const int64_t row_blocks = (N + 15) / 16, n_chunks = K / 8;
+  const int64_t align = n_chunks >= 2 * 128 ? 128 : 32;
+  const int64_t target = 8 * int64_t(sm_count());
+  int64_t s = (target + row_blocks - 1) / row_blocks;
+  const int64_t s_max = std::max<int64_t>(1, kSplitMaxBlocks / row_blocks);
+  s = std::min(s, s_max);
+  int64_t len = std::max(align, n_chunks / s / align * align);
+  if ((n_chunks + len - 1) / len > s_max) len = ((n_chunks + s_max - 1) / s_max + align - 1) / align * align;
+  return std::min(len, std::max<int64_t>(n_chunks, 1));
+}
+
+template <int NT>
+void launch_v3(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
+               cudaStream_t stream) {
+  const int64_t row_blocks = (N + 15) / 16, n_chunks = K / 8;
+  const int64_t len = split_chunks_v3(N, K);
+  const int64_t S = n_chunks > 0 ? (n_chunks + len - 1) / len : 1;
+  KILN_CUDA_REQUIRE(S == 1 || S * row_blocks <= kSplitMaxBlocks, "gemv v3: split workspace too small");
+  constexpr int U = NT == 1 ? 8 : 6;
+  const dim3 grid{unsigned(row_blocks), unsigned(S)};
+  gemv_split_kernel<NT, U, 4, 2><<<grid, 4 * 32, 0, stream>>>(x, w, bias, y, mode, m, N, K, len);
+}
+
+void gemv_v3(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
+             cudaStream_t stream) {
+  if (K % 8 != 0) return gemv_v1(x, w, bias, y, mode, m, N, K, stream);  // scalar path
+  if (m <= 8)
+    launch_v3<1>(x, w, bias, y, mode, m, N, K, stream);
+  else
+    launch_v3<2>(x, w, bias, y, mode, m, N, K, stream);
+}
+
+// The default: v3 where N / 16 row blocks leave the GPU short of work (< 4 per SM: qkv, o, down on
+// an H200) and K is long enough to split, else v2.
+// v3 measured slower than v2 on every shape it targets (see the header): off by default.
+constexpr bool kDefaultSplitK = false;
+
+bool use_v3(int64_t N, int64_t K) {
+  if (K % 8 != 0) return false;
+  const int64_t row_blocks = (N + 15) / 16;
+  return row_blocks < 4 * int64_t(sm_count()) && split_chunks_v3(N, K) < K / 8;
+}
+
 }  // namespace
 
-int gemv_versions() { return 2; }
+int gemv_versions() { return 3; }
 
 void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -290,8 +487,10 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
   const int m = int(M);
   if (version == 1)
     gemv_v1(x, w, bias, y, mode, m, N, K, stream);
+  else if (version == 2 || (version == 0 && !(kDefaultSplitK && use_v3(N, K))))
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream);
   else
-    gemv_v2(x, w, bias, y, mode, m, N, K, stream);  // the default (version 0)
+    gemv_v3(x, w, bias, y, mode, m, N, K, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
