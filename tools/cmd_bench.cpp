@@ -14,6 +14,7 @@
 #include "common.h"
 #include "core/check.h"
 #include "model/random_weights.h"
+#include "profile/cost_model.h"
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
@@ -39,19 +40,6 @@ Stats stats(const std::vector<double>& v) {
   for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
   s.sd = v.size() > 1 ? std::sqrt(s.sd / double(v.size() - 1)) : 0;
   return s;
-}
-
-// Analytic cost of running `n` tokens after `past` cached ones (weights read once per step).
-struct StepCost {
-  double bytes = 0, flops = 0;
-};
-StepCost step_cost(const ModelConfig& c, double weight_bytes, int64_t past, int64_t n) {
-  double kv_elem = 2.0;  // bf16 on the GPU; the CPU reference's fp32 cache is reported the same way
-  double ctx = double(past) + double(n + 1) / 2;  // mean context seen by the new tokens
-  double kv_read = double(c.n_layers) * 2 * double(c.kv_dim()) * (double(past) + double(n)) * kv_elem;
-  double linear_flops = 2.0 * double(n) * double(c.n_params() - c.vocab_size * c.hidden_size * (c.tied_embeddings ? 0 : 1));
-  double attn_flops = 4.0 * double(n) * ctx * double(c.q_dim()) * double(c.n_layers);
-  return {weight_bytes + kv_read, linear_flops + attn_flops};
 }
 
 void run(const BenchOptions& o) {
@@ -81,6 +69,8 @@ void run(const BenchOptions& o) {
   }
   const ModelConfig& c = backend->config();
   std::string device_name = backend->name();
+  // What the backend stores: the CPU reference keeps everything in fp32.
+  const profile::Widths widths = backend->name() == "cuda" ? profile::Widths{} : profile::Widths{4, 4, 4, 4};
 #ifdef KILN_HAVE_CUDA
   if (device_name == "cuda") device_name = cuda::device_info().name;
 #endif
@@ -94,7 +84,7 @@ void run(const BenchOptions& o) {
   nlohmann::json results = nlohmann::json::array();
   std::vector<float> logits;
   auto report = [&](const std::string& test, const std::vector<double>& seconds, int64_t tokens, int64_t steps,
-                    StepCost cost_total) {
+                    profile::Cost cost_total) {
     std::vector<double> tps;
     for (double s : seconds) tps.push_back(double(tokens) / s);
     Stats t = stats(tps), sec = stats(seconds);
@@ -121,17 +111,13 @@ void run(const BenchOptions& o) {
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (r > 0) seconds.push_back(s);
     }
-    report(fmt::format("pp{}", np), seconds, np, 1, step_cost(c, weight_bytes, 0, np));
+    report(fmt::format("pp{}", np), seconds, np, 1, profile::step_cost(c, np, 0, 1, widths));
   }
   for (int ng : o.n_gen) {
     if (ng <= 0) continue;
     std::vector<double> seconds;
-    StepCost total;
-    for (int64_t i = 0; i < ng; ++i) {
-      StepCost s = step_cost(c, weight_bytes, o.depth + i, 1);
-      total.bytes += s.bytes;
-      total.flops += s.flops;
-    }
+    profile::Cost total;
+    for (int64_t i = 0; i < ng; ++i) total += profile::step_cost(c, 1, o.depth + i, 1, widths);
     for (int r = 0; r < o.reps + 1; ++r) {
       auto seq = backend->new_sequence(o.depth + ng + 1);
       int32_t tok = 1;

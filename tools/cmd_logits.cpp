@@ -57,8 +57,13 @@ void write_npy(const std::string& path, const std::vector<float>& data, size_t r
 void run(const LogitsOptions& o) {
   ThreadPool pool(o.threads);
   LoadedModel model = load_with_progress(resolve_model_path(o.model), pool);
-  std::vector<int32_t> ids = o.tokens.empty() ? model.tokenizer->encode(o.prompt, model.tokenizer->add_bos_default(), true)
-                                              : parse_ids(o.tokens);
+  std::vector<int32_t> ids;
+  if (o.tokens.empty()) {
+    const Tokenizer& tokenizer = require_tokenizer(model);  // --tokens works without one
+    ids = tokenizer.encode(o.prompt, tokenizer.add_bos_default(), true);
+  } else {
+    ids = parse_ids(o.tokens);
+  }
   KILN_CHECK(!ids.empty(), invalid_argument, "no tokens: pass --tokens or -p");
   auto backend = make_backend(o.device, model, pool);
   auto seq = backend->new_sequence(int64_t(ids.size()));

@@ -38,7 +38,7 @@ void run(const RunOptions& o) {
 
   ThreadPool pool(o.threads);
   LoadedModel model = load_with_progress(resolve_model_path(o.model), pool);
-  const Tokenizer& tokenizer = *model.tokenizer;
+  const Tokenizer& tokenizer = require_tokenizer(model);
   std::vector<int32_t> ids;
   if (o.chat) {
     std::string text = render_chat(model.chat_template, {{"user", prompt}}, true);

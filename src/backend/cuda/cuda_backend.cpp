@@ -15,6 +15,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/random_fill.h"
 #include "model/random_weights.h"
+#include "profile/cost_model.h"
 
 namespace kiln {
 
@@ -160,7 +161,8 @@ struct CudaBackend::Impl {
 
   // ---- launches, timed when profiling ----
   template <class F>
-  void op(const std::string& name, double bytes, double flops, F&& launch) {
+  void op(const std::string& name, profile::Cost cost, F&& launch) {
+    const double bytes = cost.bytes, flops = cost.flops;
     if (!profiling) return launch();
     while (event_pool.size() < events_used + 2) {
       cudaEvent_t e;
@@ -192,8 +194,8 @@ struct CudaBackend::Impl {
   void linear(const char* what, const bf16* in, const bf16* w, const bf16* bias, void* out, OutMode mode, int64_t m,
               int64_t n, int64_t k) {
     std::string name = std::string(what) + (m <= cuda::kGemvMaxRows ? ".gemv" : ".gemm");
-    op(name, cuda::matmul_bytes(m, n, k, mode), cuda::matmul_flops(m, n, k),
-       [&] { cuda::matmul(in, w, bias, out, mode, m, n, k, s()); });
+    double out_bytes = mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8;  // add_f32: read + write
+    op(name, profile::linear(m, n, k, out_bytes), [&] { cuda::matmul(in, w, bias, out, mode, m, n, k, s()); });
   }
 
   // Enqueues the forward of n tokens at positions start.. (tokens, positions and kv_len already in
@@ -203,45 +205,39 @@ struct CudaBackend::Impl {
     const int32_t* tokens = ints;
     const int32_t* positions = ints + C;
     const int32_t* kv_len = ints + 2 * C;
-    op("embed", double(n) * H * 6, 0, [&] { cuda::embed_gather(embed.data(), tokens, x, n, H, s()); });
+    op("embed", profile::embed(n, H), [&] { cuda::embed_gather(embed.data(), tokens, x, n, H, s()); });
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const DeviceLayer& L = layers[size_t(l)];
       const cuda::KvLayout kv = seq.layer(c, l);
-      op("rmsnorm", double(n) * H * 6, double(n) * H * 4,
-         [&] { cuda::rmsnorm(x, nullptr, L.attn_norm.data(), xn, n, H, c.rms_eps, s()); });
+      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(x, nullptr, L.attn_norm.data(), xn, n, H, c.rms_eps, s()); });
       linear("qkv", xn, L.w_qkv.data(), L.b_qkv.size() ? L.b_qkv.data() : nullptr, qkv, OutMode::store_bf16, n,
              qkv_dim(), H);
-      op("rope_qkv", double(n) * (qkv_dim() + c.q_dim() + 2 * c.kv_dim()) * 2, double(n) * (c.q_dim() + c.kv_dim()) * 3,
-         [&] {
+      op("rope_qkv", profile::rope_qkv(n, c), [&] {
            cuda::rope_qkv(qkv, positions, nullptr, n, inv_freq.data(), c.rope.rot_dim,
                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), q,
                           kv, s());
          });
       if (n == 1) {
-        const int64_t len = start + 1;  // for the analytic count only; the kernel reads kv_len
-        op("attention.decode", double(len) * c.kv_dim() * 4 + c.q_dim() * 4.0, 4.0 * len * c.q_dim(), [&] {
+        // start is for the analytic count only; the kernel reads the length from kv_len (graph replay)
+        op("attention.decode", profile::attention(1, start, c), [&] {
           cuda::attention_decode(q, kv, kv_len, seq.capacity(), attn,
                                  cuda::decode_workspace(seq.workspace.data(), 1, int(c.n_heads), int(c.head_dim),
                                                         seq.capacity()),
                                  1, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), s());
         });
       } else {
-        double pairs = double(n) * (double(start) + double(n + 1) / 2);  // (query, visible key) pairs
-        op("attention.prefill", double(start + n) * c.kv_dim() * 4 + double(n) * c.q_dim() * 4,
-           4.0 * pairs * c.q_dim(), [&] {
+        op("attention.prefill", profile::attention(n, start, c), [&] {
              cuda::attention_prefill(q, kv, attn, n, start, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), s());
            });
       }
       linear("o", attn, L.wo.data(), nullptr, x, OutMode::add_f32, n, H, c.q_dim());
-      op("rmsnorm", double(n) * H * 6, double(n) * H * 4,
-         [&] { cuda::rmsnorm(x, nullptr, L.ffn_norm.data(), xn, n, H, c.rms_eps, s()); });
+      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(x, nullptr, L.ffn_norm.data(), xn, n, H, c.rms_eps, s()); });
       linear("gate_up", xn, L.w_gu.data(), nullptr, gu, OutMode::store_bf16, n, 2 * I, H);
-      op("silu_mul", double(n) * I * 6, double(n) * I * 4, [&] { cuda::silu_mul(gu, h, n, I, s()); });
+      op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(gu, h, n, I, s()); });
       linear("down", h, L.w_down.data(), nullptr, x, OutMode::add_f32, n, H, I);
     }
     const int64_t n_out = n - out_first;
-    op("rmsnorm", double(n_out) * H * 6, double(n_out) * H * 4,
-       [&] { cuda::rmsnorm(x + out_first * H, nullptr, final_norm.data(), xn, n_out, H, c.rms_eps, s()); });
+    op("rmsnorm", profile::rmsnorm(n_out, H), [&] { cuda::rmsnorm(x + out_first * H, nullptr, final_norm.data(), xn, n_out, H, c.rms_eps, s()); });
     linear("lm_head", xn, output_weight(), nullptr, logits, OutMode::store_f32, n_out, c.vocab_size, H);
   }
 
