@@ -21,12 +21,20 @@
 //   Measured (H200, 2026-11-30, same run as cuBLAS): v2 233-346 TFLOP/s (best at M >= 2048: 323-346;
 //   gate_up/lm_head 280-309), v3 only 250-265 (one 96 KB block per SM hides no latency: the
 //   prediction of 320 assumed the ldmatrix traffic was the limit, it is not), v1 225-259.
-//   Default: v2 everywhere. mma.sync peaks well below Hopper's wgmma rate; the step to cuBLAS
-//   (~700) is a wgmma + TMA kernel on sm_90a (not written yet).
+//   mma.sync peaks well below Hopper's wgmma rate; the step to cuBLAS (~700) is a wgmma + TMA
+//   kernel on sm_90a:
+//   v4: gemm_wgmma.cu (warp-specialized wgmma m64n256k16 / m64n128k16 fed by TMA; its header has the
+//       design and the prediction). Runs only on cc 9.0 with an sm_90a build, K % 8 == 0 and 16-byte
+//       aligned x / W; anywhere else version 4 runs v2. Predicted 550-650 TFLOP/s at M >= 2048 and
+//       400-450 at M=512; measured (H200 run 5, same run as cuBLAS): 454-783, i.e. 0.80-1.04x cuBLAS
+//       (ahead on down M=512, o M=512, lm_head M=512/2048). The default since run 5.
 #include <cuda_runtime.h>
+
+#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
 
 namespace kiln::cuda {
@@ -206,7 +214,20 @@ void launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mod
 
 }  // namespace
 
-int gemm_versions() { return 3; }
+// Default: v4 (wgmma + TMA; measured 454-783 TFLOP/s on the H200, 0.80-1.04x cuBLAS) where it can
+// run, which gemm_version(4) checks per call (Hopper, 16-byte aligned operands, K % 8 == 0) before
+// falling back to v2, the fastest mma.sync version (the path on sm_80). KILN_GEMM_VERSION
+// overrides the default for experiments (kiln bench end to end with another version), read once.
+static int gemm_default_version() {
+  static const int v = [] {
+    const char* env = std::getenv("KILN_GEMM_VERSION");
+    int parsed = env ? std::atoi(env) : 0;
+    return parsed >= 1 && parsed <= gemm_versions() ? parsed : 4;
+  }();
+  return v;
+}
+
+int gemm_versions() { return 4; }
 
 void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -218,7 +239,11 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
     KILN_CUDA_CHECK_LAUNCH();
     return;
   }
-  if (version == 0) version = 2;  // the fastest on every measured shape (see the header)
+  if (version == 0) version = gemm_default_version();
+  if (version == 4) {
+    if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
+    version = 2;  // not sm_90a-capable here, or K / alignment it cannot take
+  }
   if (version == 1)
     launch<CfgV1>(x, w, bias, y, mode, M, N, K, stream);
   else if (version == 2)

@@ -1,0 +1,387 @@
+// Prefill GEMM on Hopper (sm_90a): y(M, N) = x(M, K) . W(N, K)^T with wgmma.mma_async + TMA.
+// gemm.cu's version 4 (not the default yet: see gemm.cu). Same contract as gemm.cu: bf16 x and W
+// row-major (K contiguous: both operands K-major, what wgmma wants with no transposes), fp32
+// accumulation, result written per OutMode (+ bias), any M and N; needs K % 8 == 0 and 16-byte
+// aligned x and W (the tensor maps' row stride and base), else the caller falls back to v2.
+//
+// Design: warp-specialized, "cooperative" (CUTLASS sm90 / FA3 style), one output tile per block.
+//   Block = 3 warpgroups (384 threads). Warpgroup 0 is the producer: after setmaxnreg.dec to 40
+//   registers, one thread issues TMA copies (cp.async.bulk.tensor.2d, tensor maps made on the host
+//   with cuTensorMapEncodeTiled through cudaGetDriverEntryPointByVersion: no -lcuda) of A (128, 64)
+//   and B (BN, 64) into a STAGES-deep shared ring. Warpgroups 1 and 2 are consumers (setmaxnreg.inc
+//   to 232): consumer c multiplies rows [64c, 64c + 64) of the tile by all BN columns with
+//   wgmma m64nBNk16 (4 per 64-wide K step), accumulators in registers (BN / 2 floats per thread).
+//   Ring protocol (mbarriers): full[s] (count 1: the producer's arrive.expect_tx of the stage's
+//   bytes; the TMA completes the transaction) and empty[s] (count 2: one thread per consumer
+//   warpgroup arrives once its wgmmas reading stage s have retired). Each consumer keeps one wgmma
+//   group in flight: issue K step kt, wgmma.wait_group 1 (so step kt-1 is done), release kt-1.
+//   Tails: TMA zero-fills the box outside (K, M) / (K, N), so M, N and K tails cost nothing in the
+//   main loop (the transaction byte count is always the full box); the epilogue masks rows >= M and
+//   columns >= N.
+//   Two instantiations: BN = 256 (4 stages x 48 KB = 192 KB smem, 128 accumulators per consumer
+//   thread) where the grid of 128x256 tiles fills the SMs, else BN = 128 (6 stages x 32 KB = 192 KB,
+//   64 accumulators), e.g. M = 512 on N = 4096 (64 tiles of 128x256 on 132 SMs).
+//   Grid: x over M tiles (fastest), y over N tiles: consecutive blocks share one W tile, so W (the
+//   big operand: 1 GB for lm_head) streams from DRAM about once and x is re-read from L2.
+//
+// Shared layout and descriptors (the part that must match bit for bit):
+//   Each tile row is 64 bf16 = 128 bytes; TMA with CU_TENSOR_MAP_SWIZZLE_128B writes rows in order,
+//   XORing the 16-byte chunk index (bits 4-6 of the address) with the row index mod 8 (bits 7-9),
+//   within 1024-byte atoms of 8 rows; so every tile base is 1024-byte aligned. The wgmma matrix
+//   descriptor (64 bits): start address >> 4 in bits 0-13; leading byte offset >> 4 in bits 16-29
+//   (unused for swizzled K-major layouts: 1); stride byte offset >> 4 in bits 32-45 = 1024 >> 4
+//   (distance between consecutive 8-row core groups); base offset bits 49-51 = 0 (1024-aligned
+//   atoms); layout type bits 62-63 = 1 (128-byte swizzle). The k-th 16-wide K slice of the 64-wide
+//   step starts 32 bytes further: descriptor + 2k (the hardware applies the swizzle to the computed
+//   address, as CUTLASS / DeepGEMM do).
+//
+// wgmma m64nNk16 accumulator layout (f32, per warpgroup, thread t = 0..127, warp w = t / 32,
+// lane l = t % 32): N / 2 floats d[0 .. N/2); d[4j + e] holds
+//   row = 16w + l / 4 + 8 * (e >> 1),  col = 8j + 2 * (l % 4) + (e & 1),   j = 0 .. N/8 - 1.
+// (The same per-warp pattern as mma.sync m16n8: warp w owns rows 16w .. 16w + 15.)
+//
+// Prediction (H200, Llama-3-8B shapes, bf16 out): 550-650 TFLOP/s at M >= 2048 (the tensor cores
+// run the whole K loop from TMA-fed smem; what is left on the table vs cuBLAS is the non-persistent
+// grid's wave tail and the epilogue stored straight from registers, not overlapped with the next
+// tile's loads), ~400-450 at M = 512 (fewer tiles than 2 waves). Unmeasured: written without a GPU.
+#include <cuda.h>  // CUtensorMap and its enums (types only; the driver entry point comes via cudart)
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
+
+#include <atomic>
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int WG_BM = 128, WG_BK = 64, WG_THREADS = 384;  // 1 producer + 2 consumer warpgroups
+
+template <int BN_, int STAGES_>
+struct WgCfg {
+  static constexpr int BN = BN_, STAGES = STAGES_;
+  static constexpr int kABytes = WG_BM * WG_BK * 2;  // (128, 64) bf16 = 16 KB
+  static constexpr int kBBytes = BN * WG_BK * 2;     // (BN, 64) bf16
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // STAGES x A, STAGES x B, then full[STAGES] and empty[STAGES] mbarriers; + 1 KB to align the base.
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
+  static_assert(BN == 128 || BN == 256, "wgmma n128 / n256");
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "1024-byte aligned swizzle atoms");
+};
+using WgCfg256 = WgCfg<256, 4>;  // 192 KB + barriers
+using WgCfg128 = WgCfg<128, 6>;  // 192 KB + barriers
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_WGMMA_DEVICE 1
+#endif
+
+#ifdef KILN_WGMMA_DEVICE
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Returns once the phase of parity `parity` has completed (a fresh barrier counts parity 1 as done).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// One 2-D TMA box (64 K-elements, rows) at (k, row) into shared memory, completing on mbarrier bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int k, int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// Matrix descriptor of a K-major tile with 128-byte rows in the 128B-swizzle layout (see header).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr) {
+  return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads / writes across the asynchronous wgmmas.
+template <int R>
+__device__ __forceinline__ void fence_acc(float* d) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D(64, 256) += A(64, 16) . B(256, 16)^T, A and B from shared memory (K-major, 128B swizzle).
+__device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// D(64, 128) += A(64, 16) . B(128, 16)^T, A and B from shared memory (K-major, 128B swizzle).
+__device__ __forceinline__ void wgmma_m64n128k16(float* d, uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+template <int BN>
+__device__ __forceinline__ void wgmma_tile(float* d, uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (BN == 256)
+    wgmma_m64n256k16(d, desc_a, desc_b);
+  else
+    wgmma_m64n128k16(d, desc_a, desc_b);
+}
+#endif  // KILN_WGMMA_DEVICE
+
+template <class C>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                      const bf16* __restrict__ bias, void* __restrict__ y, OutMode mode, int64_t M, int64_t N,
+                      int64_t K) {
+#ifdef KILN_WGMMA_DEVICE
+  constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
+  extern __shared__ uint8_t smem_raw[];
+  // 1024-byte aligned base (the swizzle atoms); kSmemBytes has the slack.
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sa0 = smem_u32(smem);                       // STAGES x A (128, 64), 16 KB each
+  const uint32_t sb0 = sa0 + STAGES * C::kABytes;            // STAGES x B (BN, 64)
+  const uint32_t full0 = sb0 + STAGES * C::kBBytes;          // STAGES x mbarrier (8 B)
+  const uint32_t empty0 = full0 + STAGES * 8;                // STAGES x mbarrier
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int64_t m0 = int64_t(blockIdx.x) * WG_BM, n0 = int64_t(blockIdx.y) * BN;
+  const int k_tiles = int((K + WG_BK - 1) / WG_BK);
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full0 + 8 * s, 1);   // the producer's arrive.expect_tx (+ the TMA transaction bytes)
+      mbar_init(empty0 + 8 * s, 2);  // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % STAGES;
+        const uint32_t use = uint32_t(kt / STAGES);
+        mbar_wait(empty0 + 8 * s, (use & 1) ^ 1);  // consumers released this stage's previous use
+        mbar_arrive_expect_tx(full0 + 8 * s, C::kStageBytes);
+        tma_load_2d(sa0 + s * C::kABytes, &map_x, full0 + 8 * s, kt * WG_BK, int(m0));  // (128, 64)
+        tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * WG_BK, int(n0));  // (BN, 64)
+      }
+    }
+  } else {  // consumer c: tile rows [64c, 64c + 64)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int c = wg - 1;
+    float acc[ACC];  // (64, BN) per warpgroup, layout in the header
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % STAGES;
+      mbar_wait(full0 + 8 * s, uint32_t(kt / STAGES) & 1);  // stage s holds K step kt
+      const uint64_t da = sw128_desc(sa0 + s * C::kABytes + c * 64 * 128);  // A rows (64, 64)
+      const uint64_t db = sw128_desc(sb0 + s * C::kBBytes);                 // B (BN, 64)
+      fence_acc<ACC>(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < WG_BK / 16; ++k) wgmma_tile<BN>(acc, da + 2 * k, db + 2 * k);  // +32 B per k16
+      wgmma_commit();
+      wgmma_wait<1>();  // K step kt-1's wgmmas have retired: its stage may be refilled
+      fence_acc<ACC>(acc);
+      if (kt > 0 && tid == 0) mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
+    }
+    wgmma_wait<0>();
+    fence_acc<ACC>(acc);
+
+    // Epilogue straight from registers: d[4j + e] is (row 16w + l/4 + 8(e>>1), col 8j + 2(l%4) + (e&1)).
+    const int w = tid / 32, l = tid % 32;
+    const int64_t r_base = m0 + c * 64 + w * 16 + l / 4;
+    const bool pairs = (N & 1) == 0;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int64_t col = n0 + j * 8 + 2 * (l % 4);
+      if (col >= N) continue;
+      const bool has_c1 = col + 1 < N;
+      const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f;
+      const float b1 = bias && has_c1 ? __bfloat162float(bias[col + 1]) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = r_base + 8 * h;
+        if (r >= M) continue;
+        const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
+        if (pairs && has_c1) {
+          store_out2(y, mode, r * N + col, v0, v1);
+        } else {
+          store_out(y, mode, r * N + col, v0);
+          if (has_c1) store_out(y, mode, r * N + col + 1, v1);
+        }
+      }
+    }
+  }
+#else
+  __trap();  // not built for sm_90a: the host never launches this (gemm_wgmma_available)
+#endif
+}
+
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
+
+EncodeTiled encode_fn() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    return (e == cudaSuccess && q == cudaDriverEntryPointSuccess) ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// (rows, K) row-major bf16 -> tensor map with (64, box_rows) boxes, 128-byte swizzle, zero fill.
+bool make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_rows) {
+  EncodeTiled fn = encode_fn();
+  if (!fn) return false;
+  cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
+  cuuint64_t strides[1] = {cuuint64_t(K) * 2};  // bytes, multiple of 16 (K % 8 == 0)
+  cuuint32_t box[2] = {cuuint32_t(WG_BK), cuuint32_t(box_rows)};
+  cuuint32_t elem_strides[2] = {1, 1};
+  CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p), dims, strides, box, elem_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+template <class C>
+void launch_wgmma(const CUtensorMap& mx, const CUtensorMap& mw, const bf16* bias, void* y, OutMode mode, int64_t M,
+                  int64_t N, int64_t K, cudaStream_t stream) {
+  static bool configured = false;  // raising the dynamic shared-memory limit once is enough
+  if (!configured) {
+    KILN_CUDA_CHECK(
+        cudaFuncSetAttribute(gemm_wgmma_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    configured = true;
+  }
+  dim3 grid(unsigned((M + WG_BM - 1) / WG_BM), unsigned((N + C::BN - 1) / C::BN));
+  gemm_wgmma_kernel<C><<<grid, WG_THREADS, C::kSmemBytes, stream>>>(mx, mw, bias, y, mode, M, N, K);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+struct DeviceInfo {
+  bool ok = false;
+  int sms = 0;
+};
+
+// Per device: compute capability 9.0, the kernels hold sm_90 machine code (binaryVersion; an sm_80
+// cubin JIT'd or run on the H200 would be the empty stub), the tensor-map encoder resolves, and the
+// shared memory per block fits.
+DeviceInfo device_info() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 no, 2 + sms yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return {};
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0, minor = 0, sms = 0, optin = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    bool ok = major == 9 && minor == 0 && optin >= WgCfg256::kSmemBytes && optin >= WgCfg128::kSmemBytes &&
+              encode_fn() != nullptr;
+    if (ok) {
+      cudaFuncAttributes a{};
+      ok = cudaFuncGetAttributes(&a, gemm_wgmma_kernel<WgCfg256>) == cudaSuccess && a.binaryVersion == 90 &&
+           cudaFuncGetAttributes(&a, gemm_wgmma_kernel<WgCfg128>) == cudaSuccess && a.binaryVersion == 90;
+    }
+    v = ok ? 2 + sms : 1;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v >= 2 ? DeviceInfo{true, v - 2} : DeviceInfo{};
+}
+
+}  // namespace
+
+bool gemm_wgmma_available() { return device_info().ok; }
+
+bool gemm_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                int64_t K, cudaStream_t stream) {
+  if (M <= 0 || N <= 0 || K <= 0 || K % 8 != 0) return false;
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) return false;
+  if (M > (int64_t(1) << 31) - WG_BM || N > (int64_t(1) << 31) - 256 || K > (int64_t(1) << 31) - WG_BK) return false;
+  if ((M + WG_BM - 1) / WG_BM >= (int64_t(1) << 31) || (N + 127) / 128 >= 65536) return false;
+  DeviceInfo dev = device_info();
+  if (!dev.ok) return false;
+  // 128x256 tiles when they make at least one full wave, else 128x128 (twice the blocks).
+  const int64_t tiles256 = ((M + WG_BM - 1) / WG_BM) * ((N + 255) / 256);
+  const bool wide = tiles256 >= dev.sms;
+  CUtensorMap mx, mw;
+  if (!make_map(&mx, x, M, K, WG_BM) || !make_map(&mw, w, N, K, wide ? 256 : 128)) return false;
+  if (wide)
+    launch_wgmma<WgCfg256>(mx, mw, bias, y, mode, M, N, K, stream);
+  else
+    launch_wgmma<WgCfg128>(mx, mw, bias, y, mode, M, N, K, stream);
+  return true;
+}
+
+}  // namespace kiln::cuda
