@@ -4,19 +4,51 @@
 
 #include "core/check.h"
 #include "model/gguf/gguf_model.h"
+#include "model/hf/hf_model.h"
 
 namespace kiln {
+namespace {
+
+LoadedModel load_hf(const std::string& path, ThreadPool& pool) {
+  LoadedModel m;
+  m.path = path;
+  try {
+    hf::HfModel h = hf::load_hf_dir(path, pool);
+    m.config = std::move(h.config);
+    m.weights = std::move(h.weights);
+    m.eos_token_ids = std::move(h.eos_token_ids);
+    m.chat_template = std::move(h.chat_template);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
+  }
+  return m;  // tokenizer stays nullptr: tokenizer.json is not read yet (see require_tokenizer)
+}
+
+}  // namespace
+
+const Tokenizer& require_tokenizer(const LoadedModel& model) {
+  KILN_CHECK(model.tokenizer != nullptr, unsupported,
+             "{}: this model directory has no tokenizer kiln can read yet (tokenizer.json support is pending); "
+             "pass token ids (e.g. kiln logits --tokens) or use a GGUF of the model",
+             model.path);
+  return *model.tokenizer;
+}
 
 LoadedModel load_model(const std::string& path, ThreadPool& pool) {
   namespace fs = std::filesystem;
   KILN_CHECK(fs::exists(path), io, "model '{}' does not exist", path);
-  if (fs::is_directory(path))
-    KILN_FAIL(unsupported, "'{}' is a directory; Hugging Face directories are not supported yet, pass a .gguf file",
-              path);
+  if (fs::is_directory(path)) {
+    KILN_CHECK(hf::looks_like_hf_dir(path), invalid_model,
+               "'{}' is a directory without config.json; pass a .gguf file or a Hugging Face model directory", path);
+    return load_hf(path, pool);
+  }
   std::string ext = fs::path(path).extension().string();
   KILN_CHECK(ext != ".bin" && ext != ".pt" && ext != ".pth" && ext != ".pkl", unsupported,
              "'{}' looks like a pickle checkpoint; kiln never loads pickles (they can run code). "
              "Convert it to safetensors or GGUF.", path);
+  KILN_CHECK(ext != ".safetensors", unsupported,
+             "'{}' is a bare safetensors file; pass the Hugging Face directory that holds it and its config.json",
+             path);
   auto file = gguf::GgufFile::open(path);
   LoadedModel m;
   m.path = path;
@@ -31,6 +63,7 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool) {
   KILN_CHECK(m.tokenizer->vocab_size() <= m.config.vocab_size, invalid_model,
              "{}: the tokenizer has {} tokens but the embedding only {} rows", path, m.tokenizer->vocab_size(),
              m.config.vocab_size);
+  if (m.tokenizer->eos_id() >= 0) m.eos_token_ids.push_back(m.tokenizer->eos_id());
   return m;
 }
 

@@ -1,8 +1,9 @@
-// Opens a model by path: a .gguf file today (Hugging Face directories come with their own loader).
+// Opens a model by path: a .gguf file, or a Hugging Face directory (config.json + safetensors).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "model/config.h"
@@ -15,9 +16,18 @@ struct LoadedModel {
   std::string path;
   ModelConfig config;
   ModelWeights weights;
+  // nullptr for Hugging Face directories until tokenizer.json support lands: callers that need
+  // text must call require_tokenizer() first.
   std::unique_ptr<Tokenizer> tokenizer;
   std::string chat_template;  // Jinja source from the model; empty when it has none
+  // Every id that ends generation as the model declares it: HF generation_config.json's
+  // eos_token_id (int or list; else config.json's); GGUF: the tokenizer's EOS. May be empty.
+  std::vector<int32_t> eos_token_ids;
 };
+
+// The model's tokenizer, or kiln::Error(unsupported) explaining that this model (an HF
+// directory) has none kiln can read yet.
+const Tokenizer& require_tokenizer(const LoadedModel& model);
 
 LoadedModel load_model(const std::string& path, ThreadPool& pool);
 
