@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader for a bounded time: scripts/fuzz.sh [SECONDS] (default 60).
+# Fuzzes the GGUF reader for SECONDS and the safetensors reader for half that: scripts/fuzz.sh [SECONDS] (default 60).
 #
 # Builds tests/fuzz/fuzz_gguf with clang in its own folder (build-fuzz), with all of kiln_core
 # compiled under ASan+UBSan and libFuzzer's coverage instrumentation so the parser itself is
@@ -24,7 +24,7 @@ start=$(date +%s)
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKILN_CUDA=OFF -DKILN_FUZZ=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target fuzz_gguf
+cmake --build "$build" -j"$jobs" --target fuzz_gguf fuzz_safetensors
 echo "fuzz.sh: built in $(( $(date +%s) - start )) s"
 
 bin="$build/tests/fuzz/fuzz_gguf"
@@ -43,4 +43,16 @@ extra=()
   -max_total_time="$seconds" -max_len=8192 -timeout=10 \
   -rss_limit_mb=2048 -malloc_limit_mb=256 \
   -artifact_prefix="$artifacts" -print_final_stats=1
-echo "fuzz.sh: no crash in ${seconds} s of fuzzing ($(( $(date +%s) - start )) s in all)"
+
+# The safetensors header parser, for half the time (its format is a JSON header over raw bytes).
+st_bin="$build/tests/fuzz/fuzz_safetensors"
+st_seeds="$build/seeds_safetensors"
+st_corpus="$build/corpus_safetensors"
+rm -rf "$st_seeds"
+mkdir -p "$st_seeds" "$st_corpus"
+"$st_bin" --write-seeds "$st_seeds"
+"$st_bin" "$st_corpus" "$st_seeds" \
+  -max_total_time="$(( (seconds + 1) / 2 ))" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -malloc_limit_mb=256 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+echo "fuzz.sh: no crash in ${seconds} s (GGUF) + $(( (seconds + 1) / 2 )) s (safetensors) of fuzzing ($(( $(date +%s) - start )) s in all)"
