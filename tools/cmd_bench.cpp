@@ -27,7 +27,9 @@ struct BenchOptions {
   std::string model, random, device = "auto", json;
   std::vector<int> n_prompt = {512}, n_gen = {128};
   int reps = 5, threads = 0, depth = 0;
-  double copy_gbs = 4250, peak_tflops = 700;  // measured on the H200 (docs/BENCHMARKS.md)
+  // Reference figures measured on the H200 (GPU.md, docs/BENCHMARKS.md): cudaMemcpy copy
+  // bandwidth (a read-only stream can exceed it slightly) and cuBLAS's bf16 GEMM rate.
+  double copy_gbs = 4250, peak_tflops = 700;
   bool per_kernel = false;
 };
 
@@ -42,8 +44,19 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
+// Fills a sequence's cache with `depth` tokens (not timed), 512 at a time.
+void fill_to_depth(Backend& backend, KvSequence& seq, int depth, std::vector<float>& logits) {
+  std::vector<int32_t> fill(size_t(depth), 1);
+  for (size_t p = 0; p < fill.size(); p += 512) {
+    size_t n = std::min<size_t>(512, fill.size() - p);
+    backend.forward(seq, std::span<const int32_t>(fill.data() + p, n), false, logits);
+  }
+}
+
 void run(const BenchOptions& o) {
   using clock = std::chrono::steady_clock;
+  KILN_CHECK(o.reps >= 1, invalid_argument, "-r/--repetitions must be at least 1, got {}", o.reps);
+  KILN_CHECK(o.depth >= 0, invalid_argument, "-d/--depth must be >= 0, got {}", o.depth);
   ThreadPool pool(o.threads);
   std::unique_ptr<Backend> backend;
   std::optional<LoadedModel> model;
@@ -106,12 +119,14 @@ void run(const BenchOptions& o) {
     std::vector<double> seconds;
     for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up (graphs, allocations)
       auto seq = backend->new_sequence(o.depth + np + 1);
+      fill_to_depth(*backend, *seq, o.depth, logits);
       auto t0 = clock::now();
       backend->forward(*seq, prompt, false, logits);
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (r > 0) seconds.push_back(s);
     }
-    report(fmt::format("pp{}", np), seconds, np, 1, profile::step_cost(c, np, 0, 1, widths));
+    report(o.depth ? fmt::format("pp{}@d{}", np, o.depth) : fmt::format("pp{}", np), seconds, np, 1,
+           profile::step_cost(c, np, o.depth, 1, widths));
   }
   for (int ng : o.n_gen) {
     if (ng <= 0) continue;
@@ -121,13 +136,7 @@ void run(const BenchOptions& o) {
     for (int r = 0; r < o.reps + 1; ++r) {
       auto seq = backend->new_sequence(o.depth + ng + 1);
       int32_t tok = 1;
-      if (o.depth > 0) {  // fill the cache to the requested depth first (not timed)
-        std::vector<int32_t> fill(size_t(o.depth), 1);
-        for (size_t p = 0; p < fill.size(); p += 512) {
-          size_t n = std::min<size_t>(512, fill.size() - p);
-          backend->forward(*seq, std::span<const int32_t>(fill.data() + p, n), false, logits);
-        }
-      }
+      fill_to_depth(*backend, *seq, o.depth, logits);
       auto t0 = clock::now();
       for (int i = 0; i < ng; ++i) backend->forward(*seq, std::span<const int32_t>(&tok, 1), false, logits);
       double s = std::chrono::duration<double>(clock::now() - t0).count();

@@ -47,11 +47,15 @@ void run(const RunOptions& o) {
     ids = tokenizer.encode(prompt, tokenizer.add_bos_default(), false);
   }
   int64_t ctx = std::min<int64_t>(o.ctx_size, model.config.context_length);
+  KILN_CHECK(int64_t(ids.size()) <= ctx, invalid_argument,
+             "the prompt has {} tokens but the context holds {} (raise -c/--ctx-size; this model allows up to {})",
+             ids.size(), ctx, model.config.context_length);
   auto backend = make_backend(o.device, model, pool);
   auto seq = backend->new_sequence(ctx);
 
   GenerateOptions g;
-  g.max_new_tokens = int32_t(std::min<int64_t>(o.n_predict, ctx - int64_t(ids.size())));
+  // The last sampled token is never fed back, so a full context still yields one more token.
+  g.max_new_tokens = int32_t(std::min<int64_t>(o.n_predict, ctx - int64_t(ids.size()) + 1));
   g.sampling = o.sampling;
   g.ignore_eos = o.ignore_eos;
   if (!o.chat) std::fwrite(prompt.data(), 1, prompt.size(), stdout);

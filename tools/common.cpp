@@ -55,7 +55,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& mo
 #ifdef KILN_HAVE_CUDA
   bool gpu = cuda::cuda_device_count() > 0;
   KILN_CHECK(gpu || device != "cuda", unsupported, "--device cuda: no CUDA device is visible");
-  if (gpu && device != "cpu") return std::make_unique<CudaBackend>(model.config, model.weights);
+  if (gpu && device != "cpu") {
+    auto backend = std::make_unique<CudaBackend>(model.config, model.weights);
+    model.weights = {};  // the GPU holds them now (bf16); an 8B model's fp32 copy is 32 GB of RAM
+    return backend;
+  }
 #else
   KILN_CHECK(device != "cuda", unsupported, "this build of kiln has no CUDA backend");
 #endif

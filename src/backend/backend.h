@@ -34,9 +34,14 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   virtual std::unique_ptr<KvSequence> new_sequence(int64_t capacity) = 0;
   // Runs tokens at positions seq.n_past() ... and advances n_past. logits gets vocab_size floats
-  // per token when all_logits, else for the last token only.
-  virtual void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
-                       std::vector<float>& logits) = 0;
+  // per token when all_logits, else for the last token only. Checks the request (at least one
+  // token, within the sequence's capacity, ids inside the vocabulary) for every backend alike,
+  // then runs forward_impl.
+  void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+
+ protected:
+  virtual void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
+                            std::vector<float>& logits) = 0;
 };
 
 }  // namespace kiln

@@ -1,13 +1,26 @@
 #include "core/thread_pool.h"
 
+#include "core/check.h"
+
 namespace kiln {
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads <= 0) n_threads = cores;
+  KILN_CHECK(n_threads <= std::max(kMaxThreads, 4 * cores), invalid_argument,
+             "{} threads requested; this machine has {} cores (at most {} allowed)", n_threads, cores,
+             std::max(kMaxThreads, 4 * cores));
+  try {
+    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (...) {  // the OS refused a thread: stop the ones already running before rethrowing
+    stop_workers();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;

@@ -13,7 +13,9 @@ namespace kiln {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads <= 0: hardware concurrency
+  // n_threads <= 0: hardware concurrency. More than max(kMaxThreads, 4 x cores) is refused.
+  explicit ThreadPool(int n_threads);
+  static constexpr int kMaxThreads = 256;
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -25,6 +27,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  void stop_workers();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

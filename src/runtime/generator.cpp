@@ -1,6 +1,7 @@
 #include "runtime/generator.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "core/check.h"
 #include "runtime/sampler.h"
@@ -28,7 +29,10 @@ GenerateResult generate(Backend& backend, KvSequence& seq, const Tokenizer& toke
   auto t1 = clock::now();
   result.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 
+  // Embedding rows past the tokenizer's vocabulary are padding: never sample them (they have no text).
+  const size_t n_text_tokens = size_t(tokenizer.vocab_size());
   for (int32_t i = 0; i < options.max_new_tokens; ++i) {
+    for (size_t v = n_text_tokens; v < logits.size(); ++v) logits[v] = -INFINITY;
     int32_t token = sampler.sample(logits, history);
     result.tokens.push_back(token);
     history.push_back(token);

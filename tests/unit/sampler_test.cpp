@@ -135,3 +135,16 @@ TEST(Sampler, RejectsOutOfRangeParameters) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Sampler, GreedyNeverPicksNaN) {
+  std::vector<float> logits = {NAN, 1.0f, NAN, 3.0f, NAN};
+  EXPECT_EQ(Sampler::argmax(logits), 3);
+  std::vector<float> all_nan = {NAN, NAN};
+  EXPECT_THROW(Sampler::argmax(all_nan), Error);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -30,17 +30,11 @@ std::unique_ptr<KvSequence> CpuBackend::new_sequence(int64_t capacity) {
   return std::make_unique<CpuKvSequence>(config_, capacity);
 }
 
-void CpuBackend::forward(KvSequence& seq_base, std::span<const int32_t> tokens, bool all_logits,
-                         std::vector<float>& logits) {
+void CpuBackend::forward_impl(KvSequence& seq_base, std::span<const int32_t> tokens, bool all_logits,
+                              std::vector<float>& logits) {
   auto& seq = dynamic_cast<CpuKvSequence&>(seq_base);
   const ModelConfig& c = config_;
   const int64_t n = int64_t(tokens.size()), start = seq.n_past(), hidden = c.hidden_size;
-  KILN_CHECK(n > 0, invalid_argument, "forward needs at least one token");
-  KILN_CHECK(start + n <= seq.capacity(), invalid_argument,
-             "{} cached + {} new tokens exceed the sequence's KV capacity of {}", start, n, seq.capacity());
-  for (int32_t t : tokens)
-    KILN_CHECK(t >= 0 && t < c.vocab_size, invalid_argument, "token id {} is outside the vocabulary [0, {})", t,
-               c.vocab_size);
 
   std::vector<int32_t> positions(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) positions[size_t(i)] = int32_t(start + i);

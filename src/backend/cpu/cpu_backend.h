@@ -16,9 +16,11 @@ class CpuBackend final : public Backend {
   const ModelConfig& config() const override { return config_; }
   const ModelWeights& weights() const { return weights_; }
   std::unique_ptr<KvSequence> new_sequence(int64_t capacity) override;
-  void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
+
 
  private:
+  void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
+                    std::vector<float>& logits) override;
   ModelConfig config_;
   ModelWeights weights_;
   ThreadPool& pool_;

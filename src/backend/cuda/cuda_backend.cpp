@@ -375,17 +375,11 @@ std::unique_ptr<KvSequence> CudaBackend::new_sequence(int64_t capacity) {
   return std::make_unique<CudaKvSequence>(impl_->c, capacity);
 }
 
-void CudaBackend::forward(KvSequence& seq_base, std::span<const int32_t> tokens, bool all_logits,
-                          std::vector<float>& logits) {
+void CudaBackend::forward_impl(KvSequence& seq_base, std::span<const int32_t> tokens, bool all_logits,
+                               std::vector<float>& logits) {
   auto& seq = dynamic_cast<CudaKvSequence&>(seq_base);
   Impl& m = *impl_;
   const int64_t n = int64_t(tokens.size());
-  KILN_CHECK(n > 0, invalid_argument, "forward needs at least one token");
-  KILN_CHECK(seq.n_past() + n <= seq.capacity(), invalid_argument,
-             "{} cached + {} new tokens exceed the sequence's KV capacity of {}", seq.n_past(), n, seq.capacity());
-  for (int32_t t : tokens)
-    KILN_CHECK(t >= 0 && t < m.c.vocab_size, invalid_argument, "token id {} is outside the vocabulary [0, {})", t,
-               m.c.vocab_size);
   logits.clear();
   for (int64_t at = 0; at < n; at += m.opt.max_chunk) {
     int64_t len = std::min(m.opt.max_chunk, n - at);

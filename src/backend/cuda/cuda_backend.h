@@ -46,7 +46,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override;
   std::unique_ptr<KvSequence> new_sequence(int64_t capacity) override;
-  void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
+
 
   void set_use_graphs(bool on);
   bool use_graphs() const;
@@ -58,6 +58,8 @@ class CudaBackend final : public Backend {
   struct Impl;
 
  private:
+  void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
+                    std::vector<float>& logits) override;
   CudaBackend(ModelConfig config, CudaBackendOptions options, int);
   std::unique_ptr<Impl> impl_;
 };
