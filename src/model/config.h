@@ -21,6 +21,9 @@ struct RopeConfig {
   float llama3_low_freq_factor = 1.0f;
   float llama3_high_freq_factor = 4.0f;
   int llama3_original_context = 8192;
+  // Per-pair divisors of the inverse frequencies (rot_dim / 2 of them): how llama.cpp's converter
+  // stores Llama 3.1 scaling in GGUF (the rope_freqs tensor). Empty means none.
+  std::vector<float> freq_factors;
 };
 
 struct ModelConfig {

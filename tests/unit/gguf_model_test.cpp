@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "gguf_builder.h"
 #include "kiln/error.h"
+#include "backend/cpu/ops.h"
 #include "model/gguf/gguf_model.h"
 
 namespace kiln::gguf {
@@ -214,6 +215,40 @@ TEST(GgufModel, RejectsATensorTypeItCannotConvert) {
   b.remove_tensor("blk.0.ffn_down.weight");
   b.tensor("blk.0.ffn_down.weight", {128, 64}, 6 /* Q5_0 */, Bytes(64 * 4 * 22, 0));
   expect_load_error(b, "tensor 'blk.0.ffn_down.weight' has type Q5_0, which kiln cannot load yet", Errc::unsupported);
+}
+
+}  // namespace
+}  // namespace kiln::gguf
+
+namespace kiln::gguf {
+namespace {
+
+using testing::tiny_model;
+
+TEST(GgufModel, Llama31RopeFreqsAreLoadedAsFactors) {
+  auto b = tiny_model();  // head_dim 16: 8 rotation pairs
+  std::vector<float> factors = {1, 1, 1, 2, 4, 8, 8, 8};
+  b.tensor_f32("rope_freqs.weight", {8}, factors);
+  auto bytes = b.build();
+  auto file = GgufFile::parse(bytes);
+  ModelConfig c = config_from_gguf(file);
+  EXPECT_EQ(c.rope.freq_factors, factors);
+  RopeConfig plain = c.rope;
+  plain.freq_factors.clear();
+  EXPECT_FLOAT_EQ(cpu::rope_inv_freq(c.rope, 5), cpu::rope_inv_freq(plain, 5) / 8);
+}
+
+TEST(GgufModel, RopeFreqsOfTheWrongLengthAreRejected) {
+  auto b = tiny_model();
+  b.tensor_f32("rope_freqs.weight", {7}, std::vector<float>(7, 1.0f));
+  auto bytes = b.build();
+  auto file = GgufFile::parse(bytes);
+  try {
+    config_from_gguf(file);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_freqs.weight"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

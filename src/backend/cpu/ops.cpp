@@ -55,6 +55,7 @@ float rope_inv_freq(const RopeConfig& rope, int i) {
       freq = (1 - smooth) * freq / rope.llama3_factor + smooth * freq;
     }
   }
+  if (!rope.freq_factors.empty()) freq /= double(rope.freq_factors[size_t(i)]);
   return float(freq);
 }
 

@@ -17,7 +17,8 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t rows, int6
 void matmul(ThreadPool& pool, const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k);
 
-// The inverse frequency of rotation pair i (0 <= i < rot_dim/2), llama3 scaling included.
+// The inverse frequency of rotation pair i (0 <= i < rot_dim/2), llama3 scaling and GGUF
+// rope_freqs factors included.
 float rope_inv_freq(const RopeConfig& rope, int i);
 
 // Rotates x(tokens, heads, head_dim) in place; token t sits at positions[t].

@@ -1,6 +1,8 @@
 #include "model/gguf/gguf_model.h"
 
 #include <fmt/format.h>
+
+#include <cmath>
 #include <limits>
 
 #include "core/check.h"
@@ -65,8 +67,15 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.rope.rot_dim = int(rot_dim);
   // llama.cpp's converter permutes llama Q/K rows to rotate adjacent pairs; qwen2 keeps HF's halves.
   c.rope.style = a == "llama" ? RopeStyle::interleaved : RopeStyle::half;
-  if (f.get_string(a + ".rope.scaling.type").value_or("") == "llama3" || f.find_tensor("rope_freqs.weight")) {
-    KILN_FAIL(unsupported, "GGUF llama3 rope scaling (rope_freqs) is not supported yet; load the HF directory instead");
+  if (const TensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    // Llama 3.1 GGUFs: one divisor per rotation pair, precomputed by the converter.
+    KILN_CHECK(t->type == uint32_t(GgmlType::F32) && t->ne.size() == 1 && int64_t(t->ne[0]) == c.rope.rot_dim / 2,
+               invalid_model, "tensor 'rope_freqs.weight' must be F32 of {} elements (rope dimension / 2), got {} {}",
+               c.rope.rot_dim / 2, type_traits(t->type) ? type_traits(t->type)->name : "?", t->shape_string());
+    c.rope.freq_factors.resize(size_t(t->ne[0]));
+    dequantize_row(t->type, t->data, c.rope.freq_factors.data(), int64_t(t->ne[0]));
+    for (float v : c.rope.freq_factors)
+      KILN_CHECK(std::isfinite(v) && v > 0, invalid_model, "rope_freqs.weight holds {}: factors must be positive", v);
   }
   const TensorInfo* embd = f.find_tensor("token_embd.weight");
   KILN_CHECK(embd && embd->ne.size() == 2, invalid_model, "GGUF lacks a 2-D tensor 'token_embd.weight'");
