@@ -24,9 +24,10 @@ namespace kiln::cli {
 namespace {
 
 struct BenchOptions {
-  std::string model, random, device = "auto", json;
+  ModelOptions m;
+  std::string random, json;
   std::vector<int> n_prompt = {512}, n_gen = {128};
-  int reps = 5, threads = 0, depth = 0;
+  int reps = 5, depth = 0;
   // Reference figures measured on the H200 (GPU.md, docs/BENCHMARKS.md): cudaMemcpy copy
   // bandwidth (a read-only stream can exceed it slightly) and cuBLAS's bf16 GEMM rate.
   double copy_gbs = 4250, peak_tflops = 700;
@@ -57,7 +58,7 @@ void run(const BenchOptions& o) {
   using clock = std::chrono::steady_clock;
   KILN_CHECK(o.reps >= 1, invalid_argument, "-r/--repetitions must be at least 1, got {}", o.reps);
   KILN_CHECK(o.depth >= 0, invalid_argument, "-d/--depth must be >= 0, got {}", o.depth);
-  ThreadPool pool(o.threads);
+  ThreadPool pool(o.m.threads);
   std::unique_ptr<Backend> backend;
   std::optional<LoadedModel> model;
   double weight_bytes = 0;
@@ -66,7 +67,7 @@ void run(const BenchOptions& o) {
     ModelConfig c = preset_config(o.random);
     label = o.random + " (random bf16)";
 #ifdef KILN_HAVE_CUDA
-    KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");
+    KILN_CHECK(o.m.device != "cpu", invalid_argument, "--random runs on the GPU only");
     KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
     auto b = CudaBackend::random(c, 1234, 0.02f);
     weight_bytes = double(b->weight_bytes());
@@ -75,9 +76,9 @@ void run(const BenchOptions& o) {
     KILN_FAIL(unsupported, "--random needs the CUDA backend, which this build lacks");
 #endif
   } else {
-    model.emplace(load_with_progress(resolve_model_path(o.model), pool));
+    model.emplace(load_with_progress(resolve_model_path(o.m.model), pool));
     label = model->config.name;
-    backend = make_backend(o.device, *model, pool);
+    backend = make_backend(o.m.device, *model, pool);
     weight_bytes = double(model->config.n_params()) * (backend->name() == "cuda" ? 2.0 : 4.0);
   }
   const ModelConfig& c = backend->config();
@@ -204,14 +205,12 @@ void run(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) throughput with roofline columns");
-  cmd->add_option("-m,--model", o->model, "Model (.gguf)");
+  add_model_options(cmd, o->m);
   cmd->add_option("--random", o->random, "Random bf16 weights of a named shape: llama3-8b, llama2-7b, qwen2.5-7b, mistral-7b, smollm2-135m");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (tg tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-d,--depth", o->depth, "Tokens already in the KV cache before each test")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "Timed repetitions (after one warm-up)")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)");
-  cmd->add_option("--device", o->device, "cpu, cuda or auto")->capture_default_str();
   cmd->add_option("--copy-gbs", o->copy_gbs, "Copy-bandwidth ceiling for the % column")->capture_default_str();
   cmd->add_option("--peak-tflops", o->peak_tflops, "Matrix-rate ceiling for the % column")->capture_default_str();
   cmd->add_flag("--per-kernel", o->per_kernel, "Time every kernel of a decode step and a prefill (CUDA)");

@@ -14,8 +14,9 @@ namespace kiln::cli {
 namespace {
 
 struct LogitsOptions {
-  std::string model, prompt, tokens, npy, device = "cpu";
-  int32_t top = 5, threads = 0;
+  ModelOptions m{"", "cpu", 0};  // the CPU reference by default: this command feeds tests
+  std::string prompt, tokens, npy;
+  int32_t top = 5;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -55,8 +56,8 @@ void write_npy(const std::string& path, const std::vector<float>& data, size_t r
 }
 
 void run(const LogitsOptions& o) {
-  ThreadPool pool(o.threads);
-  LoadedModel model = load_with_progress(resolve_model_path(o.model), pool);
+  ThreadPool pool(o.m.threads);
+  LoadedModel model = load_with_progress(resolve_model_path(o.m.model), pool);
   std::vector<int32_t> ids;
   if (o.tokens.empty()) {
     const Tokenizer& tokenizer = require_tokenizer(model);  // --tokens works without one
@@ -65,7 +66,7 @@ void run(const LogitsOptions& o) {
     ids = parse_ids(o.tokens);
   }
   KILN_CHECK(!ids.empty(), invalid_argument, "no tokens: pass --tokens or -p");
-  auto backend = make_backend(o.device, model, pool);
+  auto backend = make_backend(o.m.device, model, pool);
   auto seq = backend->new_sequence(int64_t(ids.size()));
   std::vector<float> logits;
   backend->forward(*seq, ids, true, logits);
@@ -93,13 +94,11 @@ void run(const LogitsOptions& o) {
 void add_logits_command(CLI::App& app) {
   auto o = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Print or save the logits at every position of a token sequence");
-  cmd->add_option("-m,--model", o->model, "Model (.gguf)");
+  add_model_options(cmd, o->m);
   cmd->add_option("-p,--prompt", o->prompt, "Text to tokenize (special tokens are parsed)");
   cmd->add_option("--tokens", o->tokens, "Comma-separated token ids (instead of -p)");
   cmd->add_option("--npy", o->npy, "Save all logits as float32 .npy (tokens, vocab)");
   cmd->add_option("--top", o->top, "Top entries printed per position")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)");
-  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->callback([o] { run(*o); });
 }
 

@@ -15,8 +15,9 @@ namespace kiln::cli {
 namespace {
 
 struct RunOptions {
-  std::string model, prompt, prompt_file, device = "auto";
-  int32_t n_predict = 128, ctx_size = 4096, threads = 0;
+  ModelOptions m;
+  std::string prompt, prompt_file;
+  int32_t n_predict = 128, ctx_size = 4096;
   bool chat = false, ignore_eos = false;
   SamplingParams sampling;
 };
@@ -36,8 +37,8 @@ void run(const RunOptions& o) {
   std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
   KILN_CHECK(!prompt.empty(), invalid_argument, "no prompt: pass -p TEXT or -f FILE");
 
-  ThreadPool pool(o.threads);
-  LoadedModel model = load_with_progress(resolve_model_path(o.model), pool);
+  ThreadPool pool(o.m.threads);
+  LoadedModel model = load_with_progress(resolve_model_path(o.m.model), pool);
   const Tokenizer& tokenizer = require_tokenizer(model);
   std::vector<int32_t> ids;
   if (o.chat) {
@@ -50,7 +51,7 @@ void run(const RunOptions& o) {
   KILN_CHECK(int64_t(ids.size()) <= ctx, invalid_argument,
              "the prompt has {} tokens but the context holds {} (raise -c/--ctx-size; this model allows up to {})",
              ids.size(), ctx, model.config.context_length);
-  auto backend = make_backend(o.device, model, pool);
+  auto backend = make_backend(o.m.device, model, pool);
   auto seq = backend->new_sequence(ctx);
 
   GenerateOptions g;
@@ -85,12 +86,11 @@ void run(const RunOptions& o) {
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text for a prompt, streamed to stdout");
-  cmd->add_option("-m,--model", o->model, "Model: a .gguf file (default: the fetched SmolLM2-135M-Instruct)");
+  add_model_options(cmd, o->m);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
   cmd->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("-s,--seed", o->sampling.seed, "Random seed")->capture_default_str();
   cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str();
@@ -102,7 +102,6 @@ void add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "Presence penalty")->capture_default_str();
   cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "Frequency penalty")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu, cuda or auto")->capture_default_str();
   cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user turn");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-turn tokens");
   cmd->callback([o] { run(*o); });

@@ -18,6 +18,13 @@ namespace kiln::cli {
 
 static constexpr const char* kDefaultModel = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
+void add_model_options(CLI::App* cmd, ModelOptions& o) {
+  cmd->add_option("-m,--model", o.model,
+                  "Model: a .gguf file or a Hugging Face directory (default: the fetched SmolLM2-135M-Instruct)");
+  cmd->add_option("--device", o.device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
+  cmd->add_option("-t,--threads", o.threads, "CPU threads (0: all cores)")->capture_default_str();
+}
+
 std::string resolve_model_path(const std::string& arg) {
   namespace fs = std::filesystem;
   if (!arg.empty()) return arg;

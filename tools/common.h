@@ -5,11 +5,21 @@
 #include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "model/model_loader.h"
 
 namespace kiln::cli {
+
+// What every subcommand that loads a model takes: -m, --device, -t.
+struct ModelOptions {
+  std::string model;
+  std::string device = "auto";
+  int32_t threads = 0;
+};
+void add_model_options(CLI::App* cmd, ModelOptions& options);
 
 // The -m argument, or the default model (SmolLM2-135M-Instruct Q4_1) fetched by scripts/fetch_model.sh.
 std::string resolve_model_path(const std::string& arg);
