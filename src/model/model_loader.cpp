@@ -21,16 +21,41 @@ LoadedModel load_hf(const std::string& path, ThreadPool& pool) {
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
   }
-  return m;  // tokenizer stays nullptr: tokenizer.json is not read yet (see require_tokenizer)
+  // tokenizer.json when present; a form kiln cannot read (unsupported) leaves the tokenizer
+  // nullptr, and require_tokenizer() then says why. A broken file is an error.
+  const std::filesystem::path tokenizer_json = std::filesystem::path(path) / "tokenizer.json";
+  if (std::filesystem::is_regular_file(tokenizer_json)) {
+    try {
+      m.tokenizer = Tokenizer::from_tokenizer_json(tokenizer_json.string(), m.eos_token_ids);
+    } catch (const Error& e) {
+      if (e.code() != Errc::unsupported) throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
+    }
+    KILN_CHECK(m.tokenizer == nullptr || m.tokenizer->vocab_size() <= m.config.vocab_size, invalid_model,
+               "{}: tokenizer.json has {} tokens but the embedding only {} rows", path, m.tokenizer->vocab_size(),
+               m.config.vocab_size);
+  }
+  return m;
+}
+
+// Why the HF directory's tokenizer.json was not loaded: re-reads it for the unsupported message.
+std::string tokenizer_json_problem(const std::string& path) {
+  const std::filesystem::path tokenizer_json = std::filesystem::path(path) / "tokenizer.json";
+  if (!std::filesystem::is_regular_file(tokenizer_json)) return " (it has no tokenizer.json)";
+  try {
+    Tokenizer::from_tokenizer_json(tokenizer_json.string());
+  } catch (const Error& e) {
+    return fmt::format(" (its tokenizer.json: {})", e.what());
+  }
+  return "";
 }
 
 }  // namespace
 
 const Tokenizer& require_tokenizer(const LoadedModel& model) {
   KILN_CHECK(model.tokenizer != nullptr, unsupported,
-             "{}: this model directory has no tokenizer kiln can read yet (tokenizer.json support is pending); "
+             "{}: this model directory has no tokenizer kiln can read yet{}; "
              "pass token ids (e.g. kiln logits --tokens) or use a GGUF of the model",
-             model.path);
+             model.path, tokenizer_json_problem(model.path));
   return *model.tokenizer;
 }
 

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "model/gguf/gguf_file.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/tokenizer_json.h"
 
 namespace kiln {
 namespace {
@@ -66,6 +67,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
               "supported yet; kiln reads byte-level BPE ('gpt2': SmolLM2, Llama 3, Qwen2)");
   }
   KILN_FAIL(unsupported, "tokenizer.ggml.model '{}' is not supported; kiln reads byte-level BPE ('gpt2')", *model);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path,
+                                                          const std::vector<int32_t>& extra_end_ids) {
+  return load_tokenizer_json(path, extra_end_ids);
 }
 
 }  // namespace kiln

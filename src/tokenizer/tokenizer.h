@@ -1,5 +1,5 @@
 // Text <-> token ids. One interface for every vocabulary kind kiln reads; built from GGUF
-// metadata (tokenizer.ggml.*) today, from tokenizer.json later.
+// metadata (tokenizer.ggml.*) or from a Hugging Face tokenizer.json.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,13 @@ class Tokenizer {
   // Builds the tokenizer a GGUF file describes (tokenizer.ggml.model == "gpt2": byte-level BPE,
   // pre-tokenizer chosen by tokenizer.ggml.pre). Unsupported kinds throw kiln::Error(unsupported).
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::GgufFile& file);
+
+  // Builds the byte-level BPE tokenizer a Hugging Face tokenizer.json describes, with BOS/EOS
+  // from the tokenizer_config.json beside it when present (see tokenizer/tokenizer_json.h for
+  // what is supported). `extra_end_ids` (the model's EOS ids) also end generation. Throws
+  // kiln::Error: unsupported naming what kiln cannot read, invalid_model for a broken file.
+  static std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path,
+                                                        const std::vector<int32_t>& extra_end_ids = {});
 
   // Encodes text. add_bos prepends BOS when the vocabulary has one; parse_special matches
   // control/special tokens written in the text (e.g. "<|im_start|>") to their ids.

@@ -241,7 +241,7 @@ TEST(HfDirectory, LoadsFixtureWithEosAndNoTokenizer) {
   EXPECT_EQ(m.weights.layers.size(), 2u);
   EXPECT_EQ(m.eos_token_ids, (std::vector<int32_t>{0, 1000}));
   EXPECT_EQ(m.tokenizer, nullptr);
-  expect_error([&] { require_tokenizer(m); }, "no tokenizer kiln can read yet (tokenizer.json support is pending)",
+  expect_error([&] { require_tokenizer(m); }, "no tokenizer kiln can read yet (it has no tokenizer.json)",
                Errc::unsupported);
 }
 
