@@ -29,24 +29,15 @@ LoadedModel load_hf(const std::string& path, ThreadPool& pool) {
       m.tokenizer = Tokenizer::from_tokenizer_json(tokenizer_json.string(), m.eos_token_ids);
     } catch (const Error& e) {
       if (e.code() != Errc::unsupported) throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
+      m.tokenizer_problem = fmt::format("its tokenizer.json: {}", e.what());
     }
     KILN_CHECK(m.tokenizer == nullptr || m.tokenizer->vocab_size() <= m.config.vocab_size, invalid_model,
                "{}: tokenizer.json has {} tokens but the embedding only {} rows", path, m.tokenizer->vocab_size(),
                m.config.vocab_size);
+  } else {
+    m.tokenizer_problem = "it has no tokenizer.json";
   }
   return m;
-}
-
-// Why the HF directory's tokenizer.json was not loaded: re-reads it for the unsupported message.
-std::string tokenizer_json_problem(const std::string& path) {
-  const std::filesystem::path tokenizer_json = std::filesystem::path(path) / "tokenizer.json";
-  if (!std::filesystem::is_regular_file(tokenizer_json)) return " (it has no tokenizer.json)";
-  try {
-    Tokenizer::from_tokenizer_json(tokenizer_json.string());
-  } catch (const Error& e) {
-    return fmt::format(" (its tokenizer.json: {})", e.what());
-  }
-  return "";
 }
 
 }  // namespace
@@ -55,7 +46,7 @@ const Tokenizer& require_tokenizer(const LoadedModel& model) {
   KILN_CHECK(model.tokenizer != nullptr, unsupported,
              "{}: this model directory has no tokenizer kiln can read yet{}; "
              "pass token ids (e.g. kiln logits --tokens) or use a GGUF of the model",
-             model.path, tokenizer_json_problem(model.path));
+             model.path, model.tokenizer_problem.empty() ? "" : " (" + model.tokenizer_problem + ")");
   return *model.tokenizer;
 }
 

@@ -16,9 +16,10 @@ struct LoadedModel {
   std::string path;
   ModelConfig config;
   ModelWeights weights;
-  // nullptr for Hugging Face directories until tokenizer.json support lands: callers that need
-  // text must call require_tokenizer() first.
+  // nullptr for a Hugging Face directory whose tokenizer.json is absent or in a form kiln cannot
+  // read (tokenizer_problem says which): callers that need text call require_tokenizer().
   std::unique_ptr<Tokenizer> tokenizer;
+  std::string tokenizer_problem;
   std::string chat_template;  // Jinja source from the model; empty when it has none
   // Every id that ends generation as the model declares it: HF generation_config.json's
   // eos_token_id (int or list; else config.json's); GGUF: the tokenizer's EOS. May be empty.

@@ -4,6 +4,8 @@
 // naming the tensor, pickle-only directories refused, and the missing-tokenizer error.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -36,17 +38,7 @@ json llama() {
     "hidden_act": "silu", "torch_dtype": "bfloat16", "head_dim": null, "rope_scaling": null })");
 }
 
-template <typename F>
-void expect_error(F&& f, const std::string& needle, Errc code) {
-  try {
-    f();
-    ADD_FAILURE() << "succeeded, but should fail with '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << needle;
-    EXPECT_EQ(e.code(), code) << e.what();
-  }
-}
+using test::expect_error;
 
 void expect_config_error(const json& j, const std::string& needle, Errc code = Errc::invalid_model) {
   expect_error([&] { config_from_hf_json(j); }, needle, code);

@@ -3,6 +3,8 @@
 // never a crash; every truncation fails; sharded sets resolve every tensor and refuse bad indexes.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,14 +53,7 @@ Bytes good_data() {
 }
 
 void expect_error(const Bytes& bytes, const std::string& needle, Errc code = Errc::invalid_model) {
-  try {
-    SafetensorsFile::parse(bytes, "t.safetensors");
-    ADD_FAILURE() << "parsed, but should fail with '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << needle;
-    EXPECT_EQ(e.code(), code) << e.what();
-  }
+  test::expect_error([&] { SafetensorsFile::parse(bytes, "t.safetensors"); }, needle, code);
 }
 
 // One tensor "x" with the given fields, and `data_size` zero bytes of data.

@@ -3,6 +3,8 @@
 // forms kiln refuses, and loading tokenizer.json from a Hugging Face model directory.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -37,17 +39,7 @@ const nlohmann::json& cases() {
   return j;
 }
 
-template <typename F>
-void expect_error(F&& f, const std::string& needle, Errc code) {
-  try {
-    f();
-    ADD_FAILURE() << "succeeded, but should fail with '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << needle;
-    EXPECT_EQ(e.code(), code) << e.what();
-  }
-}
+using test::expect_error;
 
 class TokenizerJsonParity : public ::testing::TestWithParam<std::string> {};
 
