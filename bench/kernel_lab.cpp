@@ -20,6 +20,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/random_fill.h"
+#include "profile/cost_model.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
@@ -116,7 +117,8 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       const std::vector<float> ref = to_float(yref);
       char shape[64];
       std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
-      double bytes = matmul_bytes(m, s.n, s.k, OutMode::store_bf16), flops = matmul_flops(m, s.n, s.k);
+      const profile::Cost cost = profile::linear(m, s.n, s.k, 2);  // bf16 output
+      double bytes = cost.bytes, flops = cost.flops;
       int reps = gemm ? 20 : 100;
       // Every version (v1, v2, ... of gemv.cu / gemm.cu), then the default choice ("kiln"), then cuBLAS.
       const int versions = gemm ? gemm_versions() : gemv_versions();

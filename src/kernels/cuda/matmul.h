@@ -33,11 +33,4 @@ inline void matmul(const bf16* x, const bf16* w, const bf16* bias, void* y, OutM
     gemm(x, w, bias, y, mode, M, N, K, stream);
 }
 
-// Bytes a product moves at least (W once, x once, y once; y twice for add_f32) and its FLOPs.
-inline double matmul_bytes(int64_t M, int64_t N, int64_t K, OutMode mode) {
-  double ybytes = double(M) * N * (mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8);
-  return 2.0 * N * K + 2.0 * M * K + ybytes;
-}
-inline double matmul_flops(int64_t M, int64_t N, int64_t K) { return 2.0 * M * N * K; }
-
 }  // namespace kiln::cuda
