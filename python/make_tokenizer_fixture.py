@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Records the token ids of ~300 varied strings for kiln's tokenizer parity test.
+"""Records the token ids of ~2,300 varied strings for kiln's tokenizer parity test.
 
 The reference is Hugging Face `tokenizers`, built from the GGUF's own vocabulary and merges the
 way SmolLM2's tokenizer.json describes it (BPE; pre-tokenizer Sequence[Digits(individual_digits),
@@ -13,6 +13,7 @@ Needs: gguf, numpy, tokenizers (pip install gguf tokenizers).
 """
 import argparse
 import json
+import os
 import random
 
 from gguf import GGUFReader
@@ -183,11 +184,17 @@ def main():
     parser.add_argument("model", help="SmolLM2 GGUF file")
     parser.add_argument("out", help="fixture JSON to write")
     parser.add_argument("--generated", type=int, default=70, help="random fragment mixes to add")
+    parser.add_argument("--strings-from", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
+                                                               "tokenizer_json", "cases.json"),
+                        help="also the 2,000 shared strings of the tokenizer.json fixtures")
     args = parser.parse_args()
 
     tokens, types, merges = read_vocab(args.model)
     reference = build_reference(tokens, types, merges)
     texts = HANDWRITTEN + generated_strings(args.generated, seed=1234)
+    if args.strings_from:
+        with open(args.strings_from, encoding="utf-8") as fh:
+            texts += json.load(fh)["strings"]
     seen = set()
     cases = []
     for text in texts:

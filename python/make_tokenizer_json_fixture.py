@@ -9,8 +9,18 @@ found on this machine (licence texts, Python sources), in four pre-tokenizer for
   gpt2    ByteLevel(add_prefix_space=False, use_regex=True)
   smollm  Sequence[Digits(individual_digits=True), ByteLevel(use_regex=True)]
 
-each with special added tokens and one non-special added token, then records the ids
-`encode(s, add_special_tokens=False)` gives for a shared list of varied strings (cases.json).
+each with special added tokens and one non-special added token, plus
+
+  qwen2_nfc      the qwen2 form with Qwen2's NFC normalizer
+  spm_legacy     SentencePiece BPE (trained with `sentencepiece`, byte_fallback, split digits) as
+                 transformers' LlamaConverter writes it for Llama 2 / Mistral v0.1 (legacy):
+                 normalizer Sequence[Prepend("▁"), Replace(" ", "▁")], no pre-tokenizer
+  spm_metaspace  the same vocabulary in the non-legacy form: Metaspace(prepend_scheme="first",
+                 split=False), no normalizer
+
+then records the ids `encode(s, add_special_tokens=False)` gives for a shared list of varied strings
+(cases.json). The SentencePiece model itself is kept (spm/m.model) for the GGUF fixture
+(python/make_spm_gguf_fixture.py), which checks kiln's tokenizer.ggml.model=llama path against llama.cpp.
 
 Usage: /tmp/hfenv/bin/python python/make_tokenizer_json_fixture.py [out_dir]
 """
@@ -20,7 +30,9 @@ import os
 import random
 import sys
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+import sentencepiece as spm
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers.convert_slow_tokenizer import generate_merges
 
 LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -65,7 +77,52 @@ def pre_tokenizer_for(kind):
     raise ValueError(kind)
 
 
+def train_sentencepiece(texts, out_dir):
+    """Trains a Llama-2-like SentencePiece BPE model; returns its path."""
+    os.makedirs(out_dir, exist_ok=True)
+    corpus = os.path.join(out_dir, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(texts))
+    prefix = os.path.join(out_dir, "m")
+    spm.SentencePieceTrainer.train(
+        input=corpus, model_prefix=prefix, vocab_size=2000, model_type="bpe", byte_fallback=True, split_digits=True,
+        character_coverage=0.9995, allow_whitespace_only_pieces=True, remove_extra_whitespaces=False,
+        normalization_rule_name="identity", user_defined_symbols=[NON_SPECIAL], max_sentence_length=1 << 20,
+        minloglevel=2)
+    os.remove(corpus)
+    os.remove(prefix + ".vocab")
+    return prefix + ".model"
+
+
+def build_sentencepiece(kind, model_path):
+    """What transformers' LlamaConverter builds from a SentencePiece BPE model (legacy or not)."""
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    vocab = {p: i for i, (p, _) in enumerate(pieces)}
+    merges = generate_merges(vocab, dict(pieces))
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token=sp.id_to_piece(sp.unk_id()), fuse_unk=True,
+                               byte_fallback=True))
+    if kind == "spm_legacy":
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    added = []
+    for i in range(sp.get_piece_size()):
+        if sp.is_control(i) or sp.is_unknown(i):
+            added.append(AddedToken(sp.id_to_piece(i), special=True, normalized=False))
+        elif sp.id_to_piece(i) == NON_SPECIAL:
+            added.append(AddedToken(NON_SPECIAL, special=False, normalized=False))
+    tok.add_tokens(added)
+    return tok
+
+
 def build(kind, texts):
+    if kind == "qwen2_nfc":
+        tok = build("qwen2", texts)
+        tok.normalizer = normalizers.NFC()
+        return tok
     tok = Tokenizer(models.BPE(ignore_merges=(kind == "llama3")))
     tok.pre_tokenizer = pre_tokenizer_for(kind)
     tok.decoder = decoders.ByteLevel()
@@ -124,15 +181,21 @@ def main():
                                                                  "tokenizer_json")
     texts = read_corpus()
     strings = make_strings(texts)
-    cases = {"strings": strings, "ids": {}}
-    for kind in ["llama3", "qwen2", "gpt2", "smollm"]:
-        tok = build(kind, texts)
+    cases = {"strings": strings, "ids": {}, "decoded": {}}
+    spm_model = train_sentencepiece(texts, os.path.join(out_dir, "spm"))
+    for kind in ["llama3", "qwen2", "gpt2", "smollm", "qwen2_nfc", "spm_legacy", "spm_metaspace"]:
+        tok = build_sentencepiece(kind, spm_model) if kind.startswith("spm") else build(kind, texts)
         d = os.path.join(out_dir, kind)
         os.makedirs(d, exist_ok=True)
         tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
         cases["ids"][kind] = [tok.encode(s, add_special_tokens=False).ids for s in strings]
-        for s, ids in zip(strings, cases["ids"][kind]):
-            assert tok.decode(ids, skip_special_tokens=False) == s or STRIPPED in s, (kind, s)
+        # What HF decodes the ids back to: kiln must give the same text. It is the input itself
+        # except where the form changes text (NFC; lstrip/rstrip tokens; SentencePiece's leading
+        # space, and the legacy form's "▁" after each added token).
+        cases["decoded"][kind] = [tok.decode(ids, skip_special_tokens=False) for ids in cases["ids"][kind]]
+        for s, text in zip(strings, cases["decoded"][kind]):
+            if kind in ("llama3", "qwen2", "smollm") or (kind == "gpt2" and STRIPPED not in s):
+                assert text == s, (kind, s)
     with open(os.path.join(out_dir, "llama3", "tokenizer_config.json"), "w") as fh:
         json.dump({"bos_token": "<|im_start|>", "eos_token": {"content": "<|im_end|>"}, "add_bos_token": True}, fh)
     with open(os.path.join(out_dir, "cases.json"), "w", encoding="utf-8") as fh:

@@ -2,7 +2,7 @@
 # Installs what kiln builds with, from Debian 12's packages. Idempotent: a second run only checks.
 set -euo pipefail
 packages=(build-essential cmake ccache pkg-config git unzip python3 python3-venv python3-pip
-          libgtest-dev libbenchmark-dev libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
+          libgtest-dev libbenchmark-dev libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev
           clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -15,20 +15,10 @@
 #include "tokenizer/merge_table.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/special_tokens.h"
+#include "tokenizer/token_map.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln {
-
-// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum class TokenType : int32_t {
-  undefined = 0,
-  normal = 1,
-  unknown = 2,
-  control = 3,
-  user_defined = 4,
-  unused = 5,
-  byte = 6,
-};
 
 // Everything a byte-level BPE tokenizer is built from, as GGUF stores it.
 struct BpeVocab {
@@ -60,13 +50,9 @@ class BpeTokenizer final : public Tokenizer {
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   std::vector<std::string> tokens_;  // spelling, as in the vocabulary
   std::vector<std::string> bytes_;   // what each token decodes to
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> id_of_;
+  TokenIdMap id_of_;
   MergeTable merges_;
   int32_t byte_token_[256];  // the single-byte token of each byte, -1 when the vocabulary lacks it
   std::vector<bool> end_of_generation_;

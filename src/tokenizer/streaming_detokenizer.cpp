@@ -28,6 +28,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   text.reserve(bytes.size());
   utf8::append_replacing_invalid(text, bytes, /*final=*/true);
+  if (decode_strips_leading_space() && !text.empty() && text[0] == ' ') text.erase(0, 1);
   return text;
 }
 

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "model/gguf/gguf_file.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_json.h"
 
 namespace kiln {
@@ -55,18 +56,41 @@ std::unique_ptr<Tokenizer> bpe_from_gguf(const gguf::GgufFile& file) {
   return std::make_unique<BpeTokenizer>(std::move(vocab));
 }
 
+std::unique_ptr<Tokenizer> spm_from_gguf(const gguf::GgufFile& file) {
+  SpmVocab vocab;
+  const std::vector<std::string>* tokens = file.get_string_array("tokenizer.ggml.tokens");
+  KILN_CHECK(tokens != nullptr && !tokens->empty(), invalid_model,
+             "the GGUF has no vocabulary (tokenizer.ggml.tokens is missing or empty)");
+  vocab.tokens = *tokens;
+  const size_t n = vocab.tokens.size();
+  vocab.types = read_token_types(file, n);
+  const std::vector<double>* scores = file.get_number_array("tokenizer.ggml.scores");
+  KILN_CHECK(scores != nullptr, invalid_model, "a SentencePiece vocabulary needs tokenizer.ggml.scores; the GGUF has none");
+  vocab.scores.assign(scores->begin(), scores->end());
+  vocab.bos_id = read_token_id(file, "tokenizer.ggml.bos_token_id", n);
+  vocab.eos_id = read_token_id(file, "tokenizer.ggml.eos_token_id", n);
+  vocab.unk_id = read_token_id(file, "tokenizer.ggml.unknown_token_id", n);
+  for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    const int32_t id = read_token_id(file, key, n);
+    if (id >= 0) vocab.extra_end_ids.push_back(id);
+  }
+  // llama.cpp's defaults for SentencePiece vocabularies: BOS yes, space prefix yes.
+  vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
+  vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  return std::make_unique<SpmTokenizer>(std::move(vocab));
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& file) {
   const std::optional<std::string> model = file.get_string("tokenizer.ggml.model");
   KILN_CHECK(model.has_value(), invalid_model, "the GGUF has no tokenizer (tokenizer.ggml.model is missing)");
   if (*model == "gpt2") return bpe_from_gguf(file);
-  if (*model == "llama") {
-    KILN_FAIL(unsupported,
-              "SentencePiece vocabularies (tokenizer.ggml.model 'llama', e.g. Llama 2, Mistral, TinyLlama) are not "
-              "supported yet; kiln reads byte-level BPE ('gpt2': SmolLM2, Llama 3, Qwen2)");
-  }
-  KILN_FAIL(unsupported, "tokenizer.ggml.model '{}' is not supported; kiln reads byte-level BPE ('gpt2')", *model);
+  if (*model == "llama") return spm_from_gguf(file);
+  KILN_FAIL(unsupported,
+            "tokenizer.ggml.model '{}' is not supported; kiln reads byte-level BPE ('gpt2') and SentencePiece BPE "
+            "('llama')",
+            *model);
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& path,

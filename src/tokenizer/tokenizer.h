@@ -17,11 +17,12 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Builds the tokenizer a GGUF file describes (tokenizer.ggml.model == "gpt2": byte-level BPE,
-  // pre-tokenizer chosen by tokenizer.ggml.pre). Unsupported kinds throw kiln::Error(unsupported).
+  // Builds the tokenizer a GGUF file describes: tokenizer.ggml.model "gpt2" is byte-level BPE with
+  // the pre-tokenizer tokenizer.ggml.pre names; "llama" is SentencePiece BPE with scores.
+  // Unsupported kinds throw kiln::Error(unsupported).
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::GgufFile& file);
 
-  // Builds the byte-level BPE tokenizer a Hugging Face tokenizer.json describes, with BOS/EOS
+  // Builds the BPE tokenizer (byte-level or SentencePiece-style) a Hugging Face tokenizer.json describes, with BOS/EOS
   // from the tokenizer_config.json beside it when present (see tokenizer/tokenizer_json.h for
   // what is supported). `extra_end_ids` (the model's EOS ids) also end generation. Throws
   // kiln::Error: unsupported naming what kiln cannot read, invalid_model for a broken file.
@@ -45,6 +46,9 @@ class Tokenizer {
   virtual bool is_end_of_generation(int32_t id) const = 0;
   // The id of a token given its exact text, or -1.
   virtual int32_t find_token(std::string_view text) const = 0;
+  // SentencePiece-style vocabularies prepend a space to the text they encode; decode() takes one
+  // leading space off again (Hugging Face's Strip decoder, llama.cpp's remove-space-prefix).
+  virtual bool decode_strips_leading_space() const { return false; }
 };
 
 // Turns a stream of token ids into text that never ends inside a UTF-8 character: bytes of an

@@ -11,11 +11,7 @@
 
 #include "core/check.h"
 #include "model/safetensors/strict_json.h"
-#include "tokenizer/byte_level.h"
-#include "tokenizer/merge_table.h"
-#include "tokenizer/pretokenizer.h"
-#include "tokenizer/special_tokens.h"
-#include "tokenizer/utf8.h"
+#include "tokenizer/json_bpe_tokenizer.h"
 
 namespace kiln {
 namespace {
@@ -26,30 +22,7 @@ using nlohmann::json;
 constexpr const char* kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-// The same texts BpeTokenizer treats as end-of-turn when the vocabulary has them.
-constexpr std::array<std::string_view, 7> kEndOfTurnTexts = {
-    "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>",
-};
-
-struct AddedToken {
-  std::string content;
-  int32_t id;
-  bool special;
-  bool lstrip;
-  bool rstrip;
-};
-
-struct Spec {
-  std::vector<std::string> vocab;  // model.vocab spelling by id ("" for ids it lacks)
-  std::vector<std::pair<std::string, std::string>> merges;
-  std::vector<std::string> regexes;
-  bool ignore_merges = false;
-  std::vector<AddedToken> added;
-  int32_t bos_id = -1;
-  int32_t eos_id = -1;
-  bool add_bos = false;
-  std::vector<int32_t> end_ids;
-};
+using Spec = TokenizerJsonSpec;
 
 // j[key], or null when j lacks it.
 json member(const json& j, const char* key) {
@@ -70,199 +43,6 @@ bool flag(const json& j, const char* key, bool fallback = false) {
   return it->get<bool>();
 }
 
-// Whitespace as Rust's char::is_whitespace (what Hugging Face's lstrip/rstrip absorb).
-bool is_whitespace(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-uint32_t decode_at(std::string_view s, size_t pos, size_t len) {
-  const auto b = [&](size_t i) { return uint32_t(uint8_t(s[pos + i])); };
-  switch (len) {
-    case 1: return b(0);
-    case 2: return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
-    case 3: return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
-    default: return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
-  }
-}
-
-std::string_view strip_leading_whitespace(std::string_view s) {
-  size_t pos = 0;
-  while (pos < s.size()) {
-    const utf8::Scan sc = utf8::scan(s.substr(pos));
-    if (sc.kind != utf8::Scan::valid || !is_whitespace(decode_at(s, pos, sc.length))) break;
-    pos += sc.length;
-  }
-  return s.substr(pos);
-}
-
-std::string_view strip_trailing_whitespace(std::string_view s) {
-  size_t end = s.size();
-  while (end > 0) {
-    size_t start = end - 1;
-    while (start > 0 && end - start < 4 && (uint8_t(s[start]) & 0xC0) == 0x80) --start;
-    const utf8::Scan sc = utf8::scan(s.substr(start, end - start));
-    if (sc.kind != utf8::Scan::valid || sc.length != end - start || !is_whitespace(decode_at(s, start, sc.length)))
-      break;
-    end = start;
-  }
-  return s.substr(0, end);
-}
-
-class JsonBpeTokenizer final : public Tokenizer {
- public:
-  explicit JsonBpeTokenizer(Spec spec)
-      : pretokenizer_(spec.regexes), ignore_merges_(spec.ignore_merges), matcher_(matcher_tokens(spec.added)) {
-    size_t n = spec.vocab.size();
-    for (const AddedToken& t : spec.added) n = std::max(n, size_t(t.id) + 1);
-    KILN_CHECK(n > 0, invalid_model, "tokenizer.json: the vocabulary is empty");
-    bytes_.resize(n);
-    lstrip_.assign(n, false);
-    rstrip_.assign(n, false);
-    vocab_id_.reserve(spec.vocab.size());
-    for (size_t id = 0; id < spec.vocab.size(); ++id) {
-      if (spec.vocab[id].empty()) continue;
-      vocab_id_[spec.vocab[id]] = int32_t(id);
-      bytes_[id] = byte_level::decode(spec.vocab[id]);
-    }
-    for (const AddedToken& t : spec.added) {
-      bytes_[t.id] = t.content;  // added tokens stand for their raw text
-      added_id_[t.content] = t.id;
-      lstrip_[t.id] = t.lstrip;
-      rstrip_[t.id] = t.rstrip;
-    }
-    for (int b = 0; b < 256; ++b) byte_token_[b] = vocab_lookup(byte_level::spell_byte(uint8_t(b)));
-
-    merges_ = MergeTable(spec.merges.size());
-    for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
-      const auto& [left, right] = spec.merges[rank];
-      const int32_t left_id = vocab_lookup(left), right_id = vocab_lookup(right);
-      const int32_t result = vocab_lookup(left + right);
-      KILN_CHECK(left_id >= 0 && right_id >= 0 && result >= 0, invalid_model,
-                 "tokenizer.json: merge {} ('{}' '{}') names a token the vocabulary lacks", rank, left, right);
-      merges_.insert(left_id, right_id, {int32_t(rank), result});
-    }
-
-    auto check_id = [&](int32_t id, std::string_view what) {
-      KILN_CHECK(id >= -1 && id < int64_t(n), invalid_model, "the {} token id {} is outside the vocabulary (0..{})",
-                 what, id, n - 1);
-    };
-    check_id(spec.bos_id, "BOS");
-    check_id(spec.eos_id, "EOS");
-    bos_id_ = spec.bos_id;
-    eos_id_ = spec.eos_id;
-    add_bos_ = spec.add_bos && bos_id_ >= 0;
-    end_of_generation_.assign(n, false);
-    if (eos_id_ >= 0) end_of_generation_[eos_id_] = true;
-    for (int32_t id : spec.end_ids) {
-      // An id the tokenizer lacks (a model padding its embedding) cannot come out of decode anyway.
-      if (id >= 0 && size_t(id) < n) end_of_generation_[id] = true;
-    }
-    if (eos_id_ < 0) {
-      for (int32_t id : spec.end_ids) {
-        if (id >= 0 && size_t(id) < n) {
-          eos_id_ = id;
-          break;
-        }
-      }
-    }
-    for (std::string_view text : kEndOfTurnTexts) {
-      if (const int32_t id = find_token(text); id >= 0) end_of_generation_[id] = true;
-    }
-  }
-
-  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const override {
-    std::vector<int32_t> ids;
-    ids.reserve(text.size() / 3 + 2);
-    if (add_bos && bos_id_ >= 0) ids.push_back(bos_id_);
-    const std::vector<SpecialTokenMatcher::Segment> segments = matcher_.split(text, parse_special);
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const SpecialTokenMatcher::Segment& segment = segments[i];
-      if (segment.id >= 0) {
-        ids.push_back(segment.id);
-        continue;
-      }
-      std::string_view piece = segment.text;
-      // lstrip/rstrip: the token's match takes in the whitespace beside it.
-      if (i + 1 < segments.size() && segments[i + 1].id >= 0 && lstrip_[segments[i + 1].id])
-        piece = strip_trailing_whitespace(piece);
-      if (i > 0 && segments[i - 1].id >= 0 && rstrip_[segments[i - 1].id]) piece = strip_leading_whitespace(piece);
-      if (piece.empty()) continue;
-      for (std::string_view p : pretokenizer_.split(piece)) encode_piece(p, ids);
-    }
-    return ids;
-  }
-
-  std::string token_bytes(int32_t id) const override {
-    KILN_CHECK(id >= 0 && id < vocab_size(), invalid_argument, "token id {} is outside the vocabulary (0..{})", id,
-               vocab_size() - 1);
-    return bytes_[id];
-  }
-  int32_t vocab_size() const override { return int32_t(bytes_.size()); }
-  int32_t bos_id() const override { return bos_id_; }
-  int32_t eos_id() const override { return eos_id_; }
-  bool add_bos_default() const override { return add_bos_; }
-  bool is_end_of_generation(int32_t id) const override {
-    return id >= 0 && id < vocab_size() && end_of_generation_[id];
-  }
-  int32_t find_token(std::string_view text) const override {
-    if (auto it = added_id_.find(text); it != added_id_.end()) return it->second;
-    return vocab_lookup(text);
-  }
-
- private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  using Map = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
-
-  static std::vector<SpecialTokenMatcher::Token> matcher_tokens(const std::vector<AddedToken>& added) {
-    std::vector<SpecialTokenMatcher::Token> out;
-    for (const AddedToken& t : added) out.push_back({t.content, t.id, t.special});
-    return out;
-  }
-
-  int32_t vocab_lookup(std::string_view text) const {
-    auto it = vocab_id_.find(text);
-    return it == vocab_id_.end() ? -1 : it->second;
-  }
-
-  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-    if (piece.size() == 1) {
-      if (const int32_t id = byte_token_[uint8_t(piece[0])]; id >= 0) out.push_back(id);
-      return;
-    }
-    if (ignore_merges_) {
-      if (const int32_t whole = vocab_lookup(byte_level::encode(piece)); whole >= 0) {
-        out.push_back(whole);
-        return;
-      }
-    }
-    thread_local std::vector<int32_t> ids;
-    ids.clear();
-    for (char c : piece) {
-      if (const int32_t id = byte_token_[uint8_t(c)]; id >= 0) ids.push_back(id);
-    }
-    apply_merges(merges_, ids);
-    out.insert(out.end(), ids.begin(), ids.end());
-  }
-
-  Map vocab_id_;
-  Map added_id_;
-  std::vector<std::string> bytes_;
-  std::vector<bool> lstrip_, rstrip_;
-  MergeTable merges_;
-  int32_t byte_token_[256];
-  PreTokenizer pretokenizer_;
-  bool ignore_merges_;
-  SpecialTokenMatcher matcher_;
-  std::vector<bool> end_of_generation_;
-  int32_t bos_id_ = -1;
-  int32_t eos_id_ = -1;
-  bool add_bos_ = false;
-};
-
 void read_model(const json& model, Spec& spec) {
   KILN_CHECK(model.is_object(), invalid_model, "tokenizer.json has no 'model' object");
   const std::string type = type_of(model);
@@ -270,8 +50,12 @@ void read_model(const json& model, Spec& spec) {
   if (!(type == "BPE" || (type == "(no type)" && model.contains("merges")))) {
     KILN_FAIL(unsupported, "tokenizer.json model type '{}' is not supported; kiln reads byte-level BPE ('BPE')", type);
   }
-  KILN_CHECK(!flag(model, "byte_fallback"), unsupported,
-             "tokenizer.json BPE with byte_fallback true (SentencePiece-style BPE) is not supported");
+  spec.byte_fallback = flag(model, "byte_fallback");
+  spec.fuse_unk = flag(model, "fuse_unk");
+  if (auto it = model.find("unk_token"); it != model.end() && !it->is_null()) {
+    KILN_CHECK(it->is_string(), invalid_model, "tokenizer.json model.unk_token is not a string");
+    spec.unk_token = it->get<std::string>();
+  }
   if (auto it = model.find("dropout"); it != model.end() && !it->is_null()) {
     KILN_CHECK(it->is_number() && it->get<double>() == 0.0, unsupported,
                "tokenizer.json BPE dropout {} is not supported", it->dump());
@@ -347,49 +131,138 @@ bool read_pre_step(const json& step, Spec& spec) {
     spec.regexes.emplace_back(flag(step, "individual_digits") ? "\\p{N}" : "\\p{N}+");
     return false;
   }
-  KILN_FAIL(unsupported, "tokenizer.json pre_tokenizer '{}' is not supported (kiln reads ByteLevel, Split, Digits)",
-            type);
+  KILN_FAIL(unsupported,
+            "tokenizer.json pre_tokenizer '{}' is not supported (kiln reads ByteLevel, Split, Digits, Metaspace)", type);
+}
+
+void read_metaspace(const json& step, Spec& spec) {
+  spec.byte_level = false;
+  spec.metaspace.enabled = true;
+  spec.metaspace.replacement = step.value("replacement", std::string("\xE2\x96\x81"));
+  KILN_CHECK(!spec.metaspace.replacement.empty(), invalid_model, "tokenizer.json Metaspace replacement is empty");
+  spec.metaspace.split = flag(step, "split", true);
+  // Files from before prepend_scheme existed say add_prefix_space instead.
+  const std::string scheme = step.contains("prepend_scheme") && step["prepend_scheme"].is_string()
+                                 ? step["prepend_scheme"].get<std::string>()
+                                 : (flag(step, "add_prefix_space", true) ? "always" : "never");
+  if (scheme == "always") {
+    spec.metaspace.prepend = Spec::Metaspace::always;
+  } else if (scheme == "first") {
+    spec.metaspace.prepend = Spec::Metaspace::first;
+  } else if (scheme == "never") {
+    spec.metaspace.prepend = Spec::Metaspace::never;
+  } else {
+    KILN_FAIL(invalid_model, "tokenizer.json Metaspace prepend_scheme '{}' is not always/first/never", scheme);
+  }
 }
 
 void read_pre_tokenizer(const json& pre, Spec& spec) {
   const std::string type = type_of(pre);
+  // SentencePiece-style: no pre-tokenizer (the normalizer spells the spaces) or Metaspace.
+  if (pre.is_null()) {
+    spec.byte_level = false;
+    return;
+  }
+  if (type == "Metaspace") {
+    read_metaspace(pre, spec);
+    return;
+  }
   bool byte_level_last = false;
   if (type == "Sequence") {
     const json& steps = pre.at("pretokenizers");
     KILN_CHECK(steps.is_array(), invalid_model, "tokenizer.json pre_tokenizer Sequence has no pretokenizers array");
+    if (steps.size() == 1 && type_of(steps[0]) == "Metaspace") {
+      read_metaspace(steps[0], spec);
+      return;
+    }
     for (size_t i = 0; i < steps.size(); ++i) {
       const bool is_byte_level = read_pre_step(steps[i], spec);
       KILN_CHECK(!is_byte_level || i + 1 == steps.size(), unsupported,
                  "tokenizer.json pre_tokenizer Sequence with ByteLevel before other steps is not supported");
       byte_level_last = is_byte_level;
     }
-  } else if (pre.is_null()) {
-    KILN_FAIL(unsupported, "tokenizer.json without a pre_tokenizer is not supported (kiln reads byte-level BPE)");
   } else {
     byte_level_last = read_pre_step(pre, spec);
   }
   KILN_CHECK(byte_level_last, unsupported,
-             "tokenizer.json pre_tokenizer '{}' does not end in ByteLevel; kiln reads byte-level BPE only", type);
+             "tokenizer.json pre_tokenizer '{}' does not end in ByteLevel (byte-level BPE) and is not Metaspace "
+             "(SentencePiece-style BPE); kiln reads those two forms",
+             type);
 }
 
-void read_normalizer(const json& normalizer) {
+void read_normalizer(const json& normalizer, Spec& spec) {
   if (normalizer.is_null()) return;
   const std::string type = type_of(normalizer);
-  if (type == "Sequence" && normalizer.contains("normalizers") && normalizer["normalizers"].is_array() &&
-      normalizer["normalizers"].empty())
-    return;
-  if (type == "NFC") {
-    KILN_FAIL(unsupported,
-              "tokenizer.json normalizer NFC (Unicode normalization, e.g. Qwen2) is not supported: kiln has no NFC "
-              "implementation yet");
+  if (type == "Sequence") {
+    const json& steps = member(normalizer, "normalizers");
+    KILN_CHECK(steps.is_array(), invalid_model, "tokenizer.json normalizer Sequence has no normalizers array");
+    for (const json& step : steps) read_normalizer(step, spec);
+  } else if (type == "NFC") {
+    spec.normalizer.add({Normalizer::Step::nfc, "", ""});
+  } else if (type == "Prepend") {
+    const json prepend = member(normalizer, "prepend");
+    KILN_CHECK(prepend.is_string(), invalid_model, "tokenizer.json Prepend normalizer has no prepend string");
+    spec.normalizer.add({Normalizer::Step::prepend, "", prepend.get<std::string>()});
+  } else if (type == "Replace") {
+    const json pattern = member(normalizer, "pattern");
+    const json content = member(normalizer, "content");
+    KILN_CHECK(pattern.is_object() && pattern.contains("String") && pattern["String"].is_string(), unsupported,
+               "tokenizer.json Replace normalizer pattern {} is not supported (only {{\"String\": ...}})",
+               pattern.dump());
+    KILN_CHECK(content.is_string(), invalid_model, "tokenizer.json Replace normalizer has no content string");
+    spec.normalizer.add({Normalizer::Step::replace, pattern["String"].get<std::string>(), content.get<std::string>()});
+  } else {
+    KILN_FAIL(unsupported, "tokenizer.json normalizer '{}' is not supported (kiln reads NFC, Prepend, Replace)", type);
   }
-  KILN_FAIL(unsupported, "tokenizer.json normalizer '{}' is not supported", type);
 }
 
-void read_decoder(const json& decoder) {
+// One decoder step of the SentencePiece-style form.
+void read_sentencepiece_decoder(const json& step, Spec& spec) {
+  const std::string type = type_of(step);
+  if (type == "Replace") {
+    const json pattern = member(step, "pattern");
+    KILN_CHECK(pattern.is_object() && pattern.contains("String") && pattern["String"].is_string() &&
+                   member(step, "content") == json(" "),
+               unsupported, "tokenizer.json decoder Replace {} is not supported (only a String -> \" \")", step.dump());
+    spec.decode_space_mark = pattern["String"].get<std::string>();
+  } else if (type == "ByteFallback") {
+    spec.decode_byte_fallback = true;
+  } else if (type == "Fuse") {
+    // Joining the pieces is what decode does anyway.
+  } else if (type == "Strip") {
+    const json start = member(step, "start"), stop = member(step, "stop");
+    KILN_CHECK(member(step, "content") == json(" ") && start.is_number_integer() && start.get<int64_t>() <= 1 &&
+                   stop == json(0),
+               unsupported, "tokenizer.json decoder Strip {} is not supported (only one leading space)", step.dump());
+    spec.decode_strip_leading_space = start.get<int64_t>() == 1;
+  } else if (type == "Metaspace") {
+    spec.decode_space_mark = step.value("replacement", std::string("\xE2\x96\x81"));
+    const std::string scheme = step.contains("prepend_scheme") && step["prepend_scheme"].is_string()
+                                   ? step["prepend_scheme"].get<std::string>()
+                                   : (flag(step, "add_prefix_space", true) ? "always" : "never");
+    spec.decode_strip_leading_space = scheme != "never";
+  } else {
+    KILN_FAIL(unsupported,
+              "tokenizer.json decoder '{}' is not supported for SentencePiece-style BPE (kiln reads Replace, "
+              "ByteFallback, Fuse, Strip, Metaspace)",
+              type);
+  }
+}
+
+void read_decoder(const json& decoder, Spec& spec) {
   if (decoder.is_null()) return;
   const std::string type = type_of(decoder);
-  KILN_CHECK(type == "ByteLevel", unsupported, "tokenizer.json decoder '{}' is not supported (only ByteLevel)", type);
+  if (spec.byte_level) {
+    KILN_CHECK(type == "ByteLevel", unsupported, "tokenizer.json decoder '{}' is not supported (only ByteLevel)", type);
+    return;
+  }
+  if (type == "Sequence") {
+    const json& steps = member(decoder, "decoders");
+    KILN_CHECK(steps.is_array(), invalid_model, "tokenizer.json decoder Sequence has no decoders array");
+    for (const json& step : steps) read_sentencepiece_decoder(step, spec);
+  } else {
+    read_sentencepiece_decoder(decoder, spec);
+  }
 }
 
 void read_added_tokens(const json& added, Spec& spec) {
@@ -449,14 +322,14 @@ std::unique_ptr<Tokenizer> tokenizer_from_json_text(std::string_view tokenizer_j
     KILN_CHECK(config.is_object(), invalid_model, "tokenizer_config.json is not a JSON object");
     Spec spec;
     read_model(member(doc, "model"), spec);
-    read_normalizer(member(doc, "normalizer"));
+    read_normalizer(member(doc, "normalizer"), spec);
     read_pre_tokenizer(member(doc, "pre_tokenizer"), spec);
-    read_decoder(member(doc, "decoder"));
+    read_decoder(member(doc, "decoder"), spec);
     read_added_tokens(member(doc, "added_tokens"), spec);
     spec.end_ids = extra_end_ids;
 
     auto id_of = [&](const std::string& text, const char* key) -> int32_t {
-      for (const AddedToken& t : spec.added) {
+      for (const Spec::AddedToken& t : spec.added) {
         if (t.content == text) return t.id;
       }
       for (size_t id = 0; id < spec.vocab.size(); ++id) {
@@ -473,7 +346,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_json_text(std::string_view tokenizer_j
     } else if (bos) {
       spec.add_bos = post_processor_adds(member(doc, "post_processor"), *bos);
     }
-    return std::make_unique<JsonBpeTokenizer>(std::move(spec));
+    return make_json_bpe_tokenizer(std::move(spec));
   } catch (const nlohmann::json::exception& e) {
     KILN_FAIL(invalid_model, "tokenizer.json is malformed: {}", e.what());
   }

@@ -1,11 +1,14 @@
-// Byte-level BPE from a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen2-style, SmolLM2 forms).
+// BPE from a Hugging Face tokenizer.json: byte-level (GPT-2, Llama 3, Qwen2, SmolLM2) and
+// SentencePiece-style (Llama 2, Mistral); see json_bpe_tokenizer.h for how each encodes.
 //
 // Supported: model.type "BPE" (vocab; merges as "a b" strings or [a, b] pairs; ignore_merges;
-// byte_fallback false; no dropout, subword prefix or word suffix), added_tokens (special ones
-// matched in raw text only when parse_special, the others always; lstrip/rstrip absorb Unicode
-// whitespace next to the token; single_word refused), normalizer null, pre_tokenizer ByteLevel
-// (add_prefix_space false) alone or last in a Sequence after Split(Regex, Isolated, invert false)
-// and Digits steps, decoder ByteLevel (or null). Anything else throws kiln::Error(unsupported)
+// byte_fallback; unk_token and fuse_unk; no dropout, subword prefix or word suffix), added_tokens
+// (special ones matched in raw text only when parse_special, the others always; lstrip/rstrip
+// absorb Unicode whitespace next to the token; single_word refused), normalizer null, NFC,
+// Prepend, Replace(String) or a Sequence of them; pre_tokenizer ByteLevel (add_prefix_space
+// false) alone or last in a Sequence after Split(Regex, Isolated, invert false) and Digits steps,
+// or Metaspace, or null; decoder ByteLevel for byte-level files, and Replace/ByteFallback/Fuse/
+// Strip or Metaspace for SentencePiece-style ones. Anything else throws kiln::Error(unsupported)
 // naming what it met; a document that is not valid JSON or is inconsistent throws invalid_model.
 //
 // BOS/EOS come from tokenizer_config.json (bos_token / eos_token, as strings or {"content": ...};

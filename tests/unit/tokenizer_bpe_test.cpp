@@ -229,11 +229,12 @@ TEST(TokenizerFromGguf, BuildsByteLevelBpe) {
   EXPECT_EQ(t->encode("ab12<|im_end|>", false, true), (std::vector<int32_t>{257, '1', '2', 256}));
 }
 
-TEST(TokenizerFromGguf, SentencePieceIsUnsupportedWithAClearMessage) {
+TEST(TokenizerFromGguf, SentencePieceNeedsScoresAndOtherModelsAreUnsupported) {
   std::string message;
-  EXPECT_EQ(from_gguf_error(tokenizer_gguf("llama", "default").build(), &message), Errc::unsupported);
-  EXPECT_NE(message.find("SentencePiece"), std::string::npos) << message;
-  EXPECT_EQ(from_gguf_error(tokenizer_gguf("bert", "default").build()), Errc::unsupported);
+  EXPECT_EQ(from_gguf_error(tokenizer_gguf("llama", "default").build(), &message), Errc::invalid_model);
+  EXPECT_NE(message.find("tokenizer.ggml.scores"), std::string::npos) << message;
+  EXPECT_EQ(from_gguf_error(tokenizer_gguf("bert", "default").build(), &message), Errc::unsupported);
+  EXPECT_NE(message.find("'bert'"), std::string::npos) << message;
 }
 
 TEST(TokenizerFromGguf, UnknownPreTokenizerIsUnsupportedAndNamed) {

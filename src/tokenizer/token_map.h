@@ -1,0 +1,36 @@
+// Small types the tokenizers share: the token kinds GGUF records, and a string -> id map that
+// string_views can query without building a string.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace kiln {
+
+// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
+enum class TokenType : int32_t {
+  undefined = 0,
+  normal = 1,
+  unknown = 2,
+  control = 3,
+  user_defined = 4,
+  unused = 5,
+  byte = 6,
+};
+
+struct StringViewHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TokenIdMap = std::unordered_map<std::string, int32_t, StringViewHash, std::equal_to<>>;
+
+// The id `map` gives `text`, or -1.
+inline int32_t lookup(const TokenIdMap& map, std::string_view text) {
+  auto it = map.find(text);
+  return it == map.end() ? -1 : it->second;
+}
+
+}  // namespace kiln
