@@ -2,7 +2,6 @@
 // lists or saved as a float32 .npy of shape (tokens, vocab). The hook for golden tests.
 #include <cstdio>
 #include <numeric>
-#include <sstream>
 
 #include <fmt/core.h>
 
@@ -18,25 +17,6 @@ struct LogitsOptions {
   std::string prompt, tokens, npy;
   int32_t top = 5;
 };
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    KILN_CHECK(used > 0 && used == item.size() && v >= 0 && v <= INT32_MAX, invalid_argument,
-               "--tokens expects comma-separated non-negative ids, got '{}'", item);
-    ids.push_back(int32_t(v));
-  }
-  return ids;
-}
 
 // NumPy .npy v1.0: magic, header length, a Python dict literal padded to 64 bytes, raw data.
 void write_npy(const std::string& path, const std::vector<float>& data, size_t rows, size_t cols) {
@@ -63,7 +43,7 @@ void run(const LogitsOptions& o) {
     const Tokenizer& tokenizer = require_tokenizer(model);  // --tokens works without one
     ids = tokenizer.encode(o.prompt, tokenizer.add_bos_default(), true);
   } else {
-    ids = parse_ids(o.tokens);
+    ids = parse_token_ids(o.tokens, "--tokens");
   }
   KILN_CHECK(!ids.empty(), invalid_argument, "no tokens: pass --tokens or -p");
   auto backend = make_backend(o.m.device, model, pool);

@@ -19,6 +19,7 @@ struct RunOptions {
   std::string prompt, prompt_file;
   int32_t n_predict = 128, ctx_size = 4096;
   bool chat = false, ignore_eos = false;
+  std::string chat_template, system_prompt;
   SamplingParams sampling;
 };
 
@@ -42,7 +43,11 @@ void run(const RunOptions& o) {
   const Tokenizer& tokenizer = require_tokenizer(model);
   std::vector<int32_t> ids;
   if (o.chat) {
-    std::string text = render_chat(model.chat_template, {{"user", prompt}}, true);
+    std::vector<ChatMessage> messages;
+    if (!o.system_prompt.empty()) messages.push_back({"system", o.system_prompt});
+    messages.push_back({"user", prompt});
+    std::string text = render_chat(choose_chat_template(o.chat_template, model.chat_template), messages, true,
+                                   chat_special_tokens(tokenizer));
     ids = tokenizer.encode(text, false, true);  // the rendered template already holds any BOS
   } else {
     ids = tokenizer.encode(prompt, tokenizer.add_bos_default(), false);
@@ -103,6 +108,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "Presence penalty")->capture_default_str();
   cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "Frequency penalty")->capture_default_str();
   cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user turn");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "With --chat: a Jinja chat template (file or text) instead of the model's");
+  cmd->add_option("--system", o->system_prompt, "With --chat: a system message before the prompt");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-turn tokens");
   cmd->callback([o] { run(*o); });
 }

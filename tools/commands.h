@@ -8,5 +8,6 @@ namespace kiln::cli {
 void add_run_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize
 
 }  // namespace kiln::cli

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <fmt/core.h>
 
@@ -71,6 +74,51 @@ std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& mo
   KILN_CHECK(device != "cuda", unsupported, "this build of kiln has no CUDA backend");
 #endif
   return std::make_unique<CpuBackend>(model.config, std::move(model.weights), pool);
+}
+
+std::string choose_chat_template(const std::string& override_arg, const std::string& model_template) {
+  if (override_arg.empty()) {
+    KILN_CHECK(!model_template.empty(), invalid_argument,
+               "this model has no chat template; pass one with --chat-template FILE");
+    return model_template;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(override_arg, ec)) return override_arg;  // the template text itself
+  std::ifstream in(override_arg, std::ios::binary);
+  KILN_CHECK(in.good(), io, "cannot read chat template '{}'", override_arg);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  std::string item;
+  auto finish_item = [&] {
+    if (item.empty()) return;
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KILN_CHECK(used > 0 && used == item.size() && v >= 0 && v <= INT32_MAX, invalid_argument,
+               "{} expects non-negative token ids separated by commas or spaces, got '{}'", what, item);
+    ids.push_back(int32_t(v));
+    item.clear();
+  };
+  std::string_view body = text;
+  while (!body.empty() && std::isspace(uint8_t(body.front()))) body.remove_prefix(1);
+  while (!body.empty() && std::isspace(uint8_t(body.back()))) body.remove_suffix(1);
+  if (body.size() >= 2 && body.front() == '[' && body.back() == ']') body = body.substr(1, body.size() - 2);
+  for (char c : body) {
+    if (c == ',' || std::isspace(uint8_t(c))) {
+      finish_item();
+    } else {
+      item.push_back(c);
+    }
+  }
+  finish_item();
+  return ids;
 }
 
 }  // namespace kiln::cli

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -29,5 +30,13 @@ LoadedModel load_with_progress(const std::string& path, ThreadPool& pool);
 
 // "cpu" or "cuda" ("auto": cuda when this build has it and a GPU is present).
 std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& model, ThreadPool& pool);
+
+// The chat template to use: --chat-template's value (a file path, else the Jinja text itself)
+// when given, else the model's own; kiln::Error(invalid_argument) when there is neither.
+std::string choose_chat_template(const std::string& override_arg, const std::string& model_template);
+
+// Token ids written as "1,2,3", "1 2 3" or "[1, 2, 3]"; kiln::Error(invalid_argument) naming
+// `what` for anything else.
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what);
 
 }  // namespace kiln::cli

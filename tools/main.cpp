@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_run_command(app);
   kiln::cli::add_logits_command(app);
   kiln::cli::add_bench_command(app);
+  kiln::cli::add_tokenize_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

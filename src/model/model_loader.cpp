@@ -9,11 +9,11 @@
 namespace kiln {
 namespace {
 
-LoadedModel load_hf(const std::string& path, ThreadPool& pool) {
+LoadedModel load_hf(const std::string& path, ThreadPool& pool, bool with_weights) {
   LoadedModel m;
   m.path = path;
   try {
-    hf::HfModel h = hf::load_hf_dir(path, pool);
+    hf::HfModel h = hf::load_hf_dir(path, pool, with_weights);
     m.config = std::move(h.config);
     m.weights = std::move(h.weights);
     m.eos_token_ids = std::move(h.eos_token_ids);
@@ -50,13 +50,13 @@ const Tokenizer& require_tokenizer(const LoadedModel& model) {
   return *model.tokenizer;
 }
 
-LoadedModel load_model(const std::string& path, ThreadPool& pool) {
+LoadedModel load_model(const std::string& path, ThreadPool& pool, bool with_weights) {
   namespace fs = std::filesystem;
   KILN_CHECK(fs::exists(path), io, "model '{}' does not exist", path);
   if (fs::is_directory(path)) {
     KILN_CHECK(hf::looks_like_hf_dir(path), invalid_model,
                "'{}' is a directory without config.json; pass a .gguf file or a Hugging Face model directory", path);
-    return load_hf(path, pool);
+    return load_hf(path, pool, with_weights);
   }
   std::string ext = fs::path(path).extension().string();
   KILN_CHECK(ext != ".bin" && ext != ".pt" && ext != ".pth" && ext != ".pkl", unsupported,
@@ -70,7 +70,7 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool) {
   m.path = path;
   try {
     m.config = gguf::config_from_gguf(file);
-    m.weights = gguf::weights_from_gguf(file, m.config, pool);
+    if (with_weights) m.weights = gguf::weights_from_gguf(file, m.config, pool);
     m.tokenizer = Tokenizer::from_gguf(file);
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("{}: {}", path, e.what()));

@@ -30,6 +30,8 @@ struct LoadedModel {
 // directory) has none kiln can read yet.
 const Tokenizer& require_tokenizer(const LoadedModel& model);
 
-LoadedModel load_model(const std::string& path, ThreadPool& pool);
+// with_weights false reads only what text needs (config, tokenizer, chat template, EOS ids):
+// `kiln tokenize` on a 16 GB model should not read 16 GB.
+LoadedModel load_model(const std::string& path, ThreadPool& pool, bool with_weights = true);
 
 }  // namespace kiln

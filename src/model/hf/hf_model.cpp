@@ -112,7 +112,7 @@ ModelWeights weights_from_tensors(const safetensors::TensorSet& ts, const ModelC
   return w;
 }
 
-HfModel load_hf_dir(const std::string& dir, ThreadPool& pool) {
+HfModel load_hf_dir(const std::string& dir, ThreadPool& pool, bool with_weights) {
   fs::path d(dir);
   KILN_CHECK(looks_like_hf_dir(dir), invalid_model, "'{}' has no config.json; is it a Hugging Face model directory?",
              dir);
@@ -121,8 +121,10 @@ HfModel load_hf_dir(const std::string& dir, ThreadPool& pool) {
   m.config = config_from_hf_json(cfg);
   if (m.config.name.empty()) m.config.name = d.filename().empty() ? d.parent_path().filename().string()
                                                                  : d.filename().string();
-  safetensors::TensorSet tensors = open_weights(dir);
-  m.weights = weights_from_tensors(tensors, m.config, pool);
+  if (with_weights) {
+    safetensors::TensorSet tensors = open_weights(dir);
+    m.weights = weights_from_tensors(tensors, m.config, pool);
+  }
   fs::path gen = d / "generation_config.json";
   if (fs::exists(gen))
     m.eos_token_ids = eos_ids_from_json(read_strict_json_file(gen.string()), m.config.vocab_size,

@@ -32,6 +32,7 @@ safetensors::TensorSet open_weights(const std::string& dir);
 ModelWeights weights_from_tensors(const safetensors::TensorSet& tensors, const ModelConfig& config,
                                   ThreadPool& pool);
 
-HfModel load_hf_dir(const std::string& dir, ThreadPool& pool);
+// with_weights false: config, EOS ids and chat template only (for tokenize-only commands).
+HfModel load_hf_dir(const std::string& dir, ThreadPool& pool, bool with_weights = true);
 
 }  // namespace kiln::hf
