@@ -1,34 +1,46 @@
 #include "tokenizer/chat_format.h"
 
 #include "core/check.h"
+#include "tokenizer/jinja/template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kiln {
 
-// The text between "<|im_start|>system\n" and the next "<|im_end|>" in the template source: the
-// system prompt a ChatML template adds when the conversation starts with another role.
-static std::string chatml_default_system(const std::string& tmpl) {
-  const std::string open = "<|im_start|>system\n";
-  size_t start = tmpl.find(open);
-  if (start == std::string::npos) return {};
-  start += open.size();
-  size_t end = tmpl.find("<|im_end|>", start);
-  if (end == std::string::npos) return {};
-  std::string text = tmpl.substr(start, end - start);
-  // Templates that splice a variable here ({{ ... }}) have no fixed default.
-  return text.find("{{") == std::string::npos && text.find("{%") == std::string::npos ? text : std::string();
+ChatSpecialTokens chat_special_tokens(const Tokenizer& tokenizer) {
+  ChatSpecialTokens t;
+  if (tokenizer.bos_id() >= 0) t.bos = tokenizer.token_bytes(tokenizer.bos_id());
+  if (tokenizer.eos_id() >= 0) t.eos = tokenizer.token_bytes(tokenizer.eos_id());
+  return t;
 }
 
-std::string render_chat(const std::string& tmpl, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  KILN_CHECK(tmpl.find("<|im_start|>") != std::string::npos, unsupported,
-             "this model's chat template is not ChatML and kiln cannot render other templates yet; "
-             "run without --chat and write the prompt in the model's format");
-  std::string out;
-  std::string default_system = chatml_default_system(tmpl);
-  if (!default_system.empty() && (messages.empty() || messages[0].role != "system"))
-    out += "<|im_start|>system\n" + default_system + "<|im_end|>\n";
-  for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+std::string render_chat(const std::string& chat_template, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt, const ChatSpecialTokens& special_tokens) {
+  KILN_CHECK(!chat_template.empty(), unsupported,
+             "this model has no chat template; run without --chat and write the prompt in the model's format");
+  using jinja::Value;
+  std::vector<Value> message_values;
+  for (const ChatMessage& m : messages) {
+    Value message = Value::dict();
+    message.as_dict().set("role", m.role);
+    message.as_dict().set("content", m.content);
+    message_values.push_back(std::move(message));
+  }
+  // The variables transformers' render_jinja_template passes (tools=None, documents=None included:
+  // templates test "tools is not none").
+  const std::map<std::string, Value> variables = {
+      {"messages", Value::list(std::move(message_values))},
+      {"add_generation_prompt", add_generation_prompt},
+      {"bos_token", special_tokens.bos},
+      {"eos_token", special_tokens.eos},
+      {"tools", jinja::None{}},
+      {"documents", jinja::None{}},
+  };
+  return jinja::Template(chat_template).render(variables);
+}
+
+std::string render_chat(const std::string& chat_template, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt) {
+  return render_chat(chat_template, messages, add_generation_prompt, ChatSpecialTokens{});
 }
 
 }  // namespace kiln

@@ -1,0 +1,39 @@
+// Python's operators on template values, as Jinja evaluates them: arithmetic, comparison,
+// membership, attribute and item access, slicing, iteration. Type errors say what Python would
+// say ("unsupported operand type(s) for +: 'str' and 'int'") with the template line.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tokenizer/jinja/value.h"
+
+namespace kiln::jinja {
+
+// Bound on any string or list a template builds, so that "x" * 10**12 fails instead of exhausting
+// memory (Python would raise MemoryError).
+constexpr size_t kMaxValueBytes = size_t(64) << 20;
+
+// Using an Undefined for anything but printing, testing and iterating is an error, as with
+// Jinja's default Undefined. Throws kiln::Error(invalid_argument).
+[[noreturn]] void fail_undefined(const Undefined& u, int line);
+[[noreturn]] void fail_type(int line, const std::string& message);
+
+// op is one of + - * / // % ** ~
+Value binary_op(const std::string& op, const Value& a, const Value& b, int line);
+// op is one of == != < > <= >= in "not in"
+bool compare_op(const std::string& op, const Value& a, const Value& b, int line);
+
+// x.name: a dict's item or a namespace's attribute; Undefined when absent.
+Value get_attribute(const Value& object, const std::string& name, int line);
+// x[key]: Python indexing (negative indices count from the end); Undefined when absent.
+Value get_item(const Value& object, const Value& key, int line);
+Value get_slice(const Value& object, std::optional<int64_t> start, std::optional<int64_t> stop,
+                std::optional<int64_t> step, int line);
+
+// What a for loop visits: list items, dict keys, the characters of a string; nothing for Undefined.
+std::vector<Value> iterate(const Value& v, int line);
+
+}  // namespace kiln::jinja
