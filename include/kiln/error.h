@@ -12,6 +12,7 @@ enum class Errc {
   unsupported,       // valid input that kiln does not handle (yet)
   io,                // the operating system refused (open, mmap, read)
   cuda,              // a CUDA or cuBLAS call failed
+  unavailable,       // the engine is overloaded (queue full), draining, or unhealthy: retry later
   internal,          // a broken invariant: a bug in kiln
 };
 

@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace kiln {
@@ -17,6 +19,55 @@ void Backend::forward(KvSequence& seq, std::span<const int32_t> tokens, bool all
   for (int32_t t : tokens)
     KILN_CHECK(t >= 0 && t < vocab, invalid_argument, "token id {} is outside the vocabulary [0, {})", t, vocab);
   forward_impl(seq, tokens, all_logits, logits);
+}
+
+int64_t Backend::default_kv_cache_bytes(double) const { return int64_t(1) << 30; }
+
+std::unique_ptr<KvPool> Backend::new_kv_pool(int32_t, int32_t) {
+  KILN_FAIL(unsupported, "the {} backend does not run batched steps over a paged KV cache yet", name());
+}
+
+void Backend::forward_batch_impl(KvPool&, std::span<const BatchEntry>, std::vector<float>&) {
+  KILN_FAIL(unsupported, "the {} backend does not run batched steps over a paged KV cache yet", name());
+}
+
+int64_t Backend::kv_bytes_per_token() const {
+  const ModelConfig& c = config();
+  return 2 * int64_t(c.n_layers) * c.kv_dim() * kv_bytes_per_element();
+}
+
+int32_t Backend::kv_blocks_for_budget(int64_t budget_bytes, int32_t block_size) const {
+  KILN_CHECK(block_size > 0, invalid_argument, "block size must be positive, got {}", block_size);
+  const int64_t per_block = kv_bytes_per_token() * block_size;
+  return int32_t(std::min<int64_t>(std::max<int64_t>(budget_bytes, 0) / per_block, INT32_MAX));
+}
+
+void Backend::forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits) {
+  const int64_t vocab = config().vocab_size, bs = pool.block_size();
+  KILN_CHECK(!entries.empty(), invalid_argument, "forward_batch needs at least one entry");
+  std::vector<int64_t> slots;  // every KV slot this step writes
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const BatchEntry& b = entries[e];
+    const int64_t n = int64_t(b.tokens.size()), end = b.first_position + n;
+    KILN_CHECK(n > 0 && b.first_position >= 0, invalid_argument, "batch entry {} has no tokens or a negative position",
+               e);
+    KILN_CHECK(int64_t(b.block_table.size()) * bs >= end, invalid_argument,
+               "batch entry {}: {} blocks of {} tokens cannot hold positions up to {}", e, b.block_table.size(), bs,
+               end - 1);
+    for (int32_t t : b.tokens)
+      KILN_CHECK(t >= 0 && t < vocab, invalid_argument, "token id {} is outside the vocabulary [0, {})", t, vocab);
+    for (int64_t i = 0; i < (end + bs - 1) / bs; ++i) {
+      const int32_t block = b.block_table[size_t(i)];
+      KILN_CHECK(block >= 0 && block < pool.num_blocks(), invalid_argument,
+                 "batch entry {}: block id {} is outside the pool of {} blocks", e, block, pool.num_blocks());
+    }
+    for (int64_t p = b.first_position; p < end; ++p) slots.push_back(int64_t(b.block_table[size_t(p / bs)]) * bs + p % bs);
+  }
+  std::sort(slots.begin(), slots.end());
+  const auto twice = std::adjacent_find(slots.begin(), slots.end());
+  KILN_CHECK(twice == slots.end(), invalid_argument, "two batch entries write KV slot {} in one step",
+             twice == slots.end() ? 0 : *twice);
+  forward_batch_impl(pool, entries, logits);
 }
 
 }  // namespace kiln

@@ -1,5 +1,11 @@
-// The interface every compute backend implements: run a chunk of tokens of one sequence through
-// the model, append their keys/values to that sequence's cache, and return logits.
+// The interface every compute backend implements. Two ways to run the model:
+//
+//  * forward(KvSequence&): a chunk of tokens of one sequence with its own private cache (kiln run,
+//    kiln bench, golden tests);
+//  * forward_batch(KvPool&, entries): one step of continuous batching. Many sequences, each a
+//    prompt chunk or one decode token, share one paged KV pool; each entry names the blocks that
+//    hold its positions (block_table[p / block_size], slot p % block_size), as vLLM's block
+//    tables do. The scheduler (runtime/scheduler.h) decides the entries; the backend only computes.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +33,28 @@ class KvSequence {
   int64_t capacity_ = 0;
 };
 
+// A backend's paged KV cache: num_blocks blocks, each holding the keys and values of block_size
+// consecutive positions of one sequence, for every layer.
+class KvPool {
+ public:
+  virtual ~KvPool() = default;
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t block_size() const { return block_size_; }
+
+ protected:
+  KvPool(int32_t num_blocks, int32_t block_size) : num_blocks_(num_blocks), block_size_(block_size) {}
+  int32_t num_blocks_;
+  int32_t block_size_;
+};
+
+// One sequence's share of a forward_batch step.
+struct BatchEntry {
+  std::span<const int32_t> tokens;       // run at positions first_position, first_position + 1, ...
+  int64_t first_position = 0;            // tokens of this sequence already in the pool
+  std::span<const int32_t> block_table;  // covers positions 0 .. first_position + tokens.size() - 1
+  bool want_logits = false;              // logits of this entry's last token
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -39,7 +67,26 @@ class Backend {
   // then runs forward_impl.
   void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
 
+  // Bytes of KV cache one token takes (all layers, K and V): what a pool of N blocks costs.
+  int64_t kv_bytes_per_token() const;
+  virtual int64_t kv_bytes_per_element() const { return 2; }  // 4 for fp32 (CPU), 2 for bf16 (CUDA)
+  // How many blocks of block_size tokens fit in `budget_bytes`.
+  int32_t kv_blocks_for_budget(int64_t budget_bytes, int32_t block_size) const;
+  // Backends that cannot batch yet keep the defaults, which throw unsupported.
+  virtual std::unique_ptr<KvPool> new_kv_pool(int32_t num_blocks, int32_t block_size);
+  // The KV pool size an engine gets when the user names none: 1 GiB of host memory on the CPU;
+  // a GPU backend returns gpu_memory_fraction of its free device memory.
+  virtual int64_t default_kv_cache_bytes(double gpu_memory_fraction) const;
+  // Runs every entry's tokens, writing their K/V into the pool, and sets logits to one row of
+  // vocab_size floats per entry with want_logits, in entry order. Checks the request for every
+  // backend alike (tokens in the vocabulary, block tables covering the positions with ids inside
+  // the pool, no two entries writing one slot) before forward_batch_impl. Entries are independent
+  // sequences: the result for each is what forward() on that sequence alone would give (up to the
+  // floating-point order of a batched matmul; see docs on batch invariance).
+  void forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits);
+
  protected:
+  virtual void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits);
   virtual void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                             std::vector<float>& logits) = 0;
 };

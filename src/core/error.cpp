@@ -9,6 +9,7 @@ const char* errc_name(Errc code) {
     case Errc::unsupported: return "unsupported";
     case Errc::io: return "i/o error";
     case Errc::cuda: return "cuda error";
+    case Errc::unavailable: return "unavailable";
     case Errc::internal: return "internal error";
   }
   return "error";

@@ -1,0 +1,363 @@
+// The engine's step loop: scheduler -> forward_batch -> sample -> events. See include/kiln/engine.h.
+#include "kiln/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What the engine keeps per request beside the scheduler's state.
+struct Live {
+  GenerationRequest request;
+  EventCallback on_event;
+  Sampler sampler;
+  std::vector<int32_t> history;  // prompt + generated, for the penalties
+  int32_t generated = 0;
+
+  Live(GenerationRequest r, EventCallback cb)
+      : request(std::move(r)), on_event(std::move(cb)), sampler(request.sampling), history(request.prompt) {}
+};
+
+// log-softmax of the raw logits at `token`, and the top k (k <= 20) when asked.
+void fill_logprobs(std::span<const float> logits, int32_t token, int32_t k, GenerationEvent& ev) {
+  float max_logit = -INFINITY;
+  for (float v : logits) max_logit = std::max(max_logit, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - max_logit);
+  const float log_z = float(max_logit + std::log(sum));
+  ev.logprob = logits[size_t(token)] - log_z;
+  if (k <= 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  const size_t top = std::min(size_t(k), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(top), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < top; ++i) ev.top_logprobs.push_back({ids[i], logits[size_t(ids[i])] - log_z});
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Backend& backend;
+  EngineOptions options;
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unordered_set<int32_t> end_ids;
+  int64_t max_model_len = 0;
+
+  // Shared with submitting threads, under `mutex`.
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<std::pair<int64_t, std::unique_ptr<Live>>> incoming;
+  std::vector<int64_t> cancels;
+  std::unordered_set<int64_t> admitted;  // ids submitted and not yet finished
+  int64_t next_id = 1;
+  bool stopping = false;
+  bool draining = false;
+  bool healthy = true;
+  EngineStats stats;
+  std::condition_variable idle;  // signalled when `admitted` empties
+
+  // Owned by the loop thread.
+  std::unordered_map<int64_t, std::unique_ptr<Live>> live;
+  std::thread loop;
+
+  Impl(Backend& b, EngineOptions o) : backend(b), options(std::move(o)) {}
+
+  void emit_final(Live& r, const std::string& reason, const std::string& error = {}) {
+    GenerationEvent ev;
+    ev.finished = true;
+    ev.finish_reason = reason;
+    ev.error = error;
+    r.on_event(ev);
+  }
+
+  // Removes a finished request everywhere and wakes drain().
+  void retire(int64_t id) {
+    live.erase(id);
+    std::lock_guard lock(mutex);
+    admitted.erase(id);
+    ++stats.requests_finished_total;
+    if (admitted.empty()) idle.notify_all();
+  }
+
+  void take_incoming() {
+    std::deque<std::pair<int64_t, std::unique_ptr<Live>>> fresh;
+    std::vector<int64_t> to_cancel;
+    {
+      std::lock_guard lock(mutex);
+      fresh.swap(incoming);
+      to_cancel.swap(cancels);
+    }
+    for (auto& [id, r] : fresh) {
+      RequestSpec spec;
+      spec.id = id;
+      spec.prompt = r->request.prompt;
+      spec.max_new_tokens = r->request.max_tokens;
+      spec.arrival_time = Clock::now();
+      scheduler->submit(std::move(spec));  // validated in submit(); cannot fail here
+      live.emplace(id, std::move(r));
+    }
+    for (int64_t id : to_cancel) {
+      auto it = live.find(id);
+      if (it == live.end()) continue;  // finished meanwhile
+      scheduler->cancel(id);
+      emit_final(*it->second, "cancelled");
+      retire(id);
+    }
+    std::lock_guard lock(mutex);
+    refresh_queue_stats();
+  }
+
+  // A step failed: every live request ends with the error and the engine turns unhealthy.
+  void fail_all(const std::string& message) {
+    {
+      std::lock_guard lock(mutex);
+      healthy = false;
+      stats.healthy = false;
+    }
+    std::vector<int64_t> ids;
+    for (auto& [id, r] : live) ids.push_back(id);
+    for (int64_t id : ids) {
+      emit_final(*live[id], "error", message);
+      retire(id);
+    }
+  }
+
+  void step() {
+    const StepPlan plan = scheduler->schedule();
+    std::vector<SampledToken> sampled;
+    const auto t0 = Clock::now();
+    if (!plan.empty()) {
+      std::vector<BatchEntry> entries;
+      entries.reserve(plan.chunks.size());
+      for (const ScheduledChunk& c : plan.chunks)
+        entries.push_back({c.tokens, c.first_position, c.block_table, c.needs_logits});
+      std::vector<float> logits;
+      backend.forward_batch(*pool, entries, logits);
+      const size_t vocab = size_t(backend.config().vocab_size);
+      size_t row = 0;
+      for (const ScheduledChunk& c : plan.chunks) {
+        if (!c.needs_logits) continue;
+        std::span<float> l(logits.data() + row * vocab, vocab);
+        ++row;
+        Live& r = *live.at(c.id);
+        // Logprobs describe the model's distribution: taken from the row before the sampler
+        // applies penalties and temperature to it.
+        std::vector<float> raw;
+        if (r.request.logprobs >= 0) raw.assign(l.begin(), l.end());
+        const int32_t token = r.sampler.sample(l, r.history);
+        GenerationEvent ev;
+        if (r.request.logprobs >= 0) fill_logprobs(raw, token, r.request.logprobs, ev);
+        ev.token = token;
+        r.history.push_back(token);
+        ++r.generated;
+        const bool stop = (!r.request.ignore_eos && end_ids.count(token)) ||
+                          std::find(r.request.stop_token_ids.begin(), r.request.stop_token_ids.end(), token) !=
+                              r.request.stop_token_ids.end();
+        ev.finished = stop || r.generated >= r.request.max_tokens;
+        if (ev.finished) ev.finish_reason = stop ? "stop" : "length";
+        sampled.push_back({c.id, token, stop});
+        r.on_event(ev);
+      }
+    }
+    const std::vector<FinishedRequest> finished = scheduler->on_step_done(sampled);
+    for (const FinishedRequest& f : finished) retire(f.id);
+
+    std::lock_guard lock(mutex);
+    ++stats.steps_total;
+    stats.prompt_tokens_total += plan.stats.prefill_tokens;
+    stats.generation_tokens_total += int64_t(sampled.size());
+    stats.last_step_seqs = plan.stats.num_seqs;
+    stats.last_step_tokens = plan.num_tokens();
+    stats.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    refresh_queue_stats();
+  }
+
+  // Queue and KV figures; the caller holds `mutex`.
+  void refresh_queue_stats() {
+    stats.preemptions_total = scheduler->num_preemptions();
+    stats.running = int32_t(scheduler->num_running());
+    stats.waiting = int32_t(scheduler->num_waiting() + incoming.size());
+    stats.kv_blocks_used = scheduler->block_manager().num_used_blocks();
+  }
+
+  void run() {
+    for (;;) {
+      {
+        std::unique_lock lock(mutex);
+        wake.wait(lock, [&] { return stopping || !incoming.empty() || !cancels.empty() || !live.empty(); });
+        if (stopping) break;
+      }
+      try {
+        take_incoming();
+        if (!scheduler->has_work()) continue;
+        if (scheduler->should_wait(Clock::now())) {
+          std::unique_lock lock(mutex);
+          wake.wait_for(lock, std::chrono::milliseconds(1));
+          continue;
+        }
+        step();
+      } catch (const std::exception& e) {
+        fail_all(std::string("the engine step failed: ") + e.what());
+        // A failed step leaves the scheduler's step open; rebuild it so nothing dangles.
+        scheduler = std::make_unique<Scheduler>(scheduler->config());
+      }
+    }
+    // Shutting down: whoever is still waiting hears "cancelled".
+    for (auto& [id, r] : live) emit_final(*r, "cancelled");
+    live.clear();
+    std::lock_guard lock(mutex);
+    for (auto& [id, r] : incoming) emit_final(*r, "cancelled");
+    incoming.clear();
+    admitted.clear();
+    idle.notify_all();
+  }
+};
+
+Engine::Engine(Backend& backend, EngineOptions options) : impl_(std::make_unique<Impl>(backend, std::move(options))) {
+  Impl& m = *impl_;
+  const EngineOptions& o = m.options;
+  KILN_CHECK(o.block_size > 0 && o.block_size <= 1024, invalid_argument, "block size must be in 1..1024, got {}",
+             o.block_size);
+  KILN_CHECK(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1, invalid_argument,
+             "gpu memory fraction must be in (0, 1], got {}", o.gpu_memory_fraction);
+  int32_t blocks = o.num_kv_blocks;
+  if (blocks <= 0) {
+    const int64_t bytes = o.kv_cache_bytes > 0 ? o.kv_cache_bytes : backend.default_kv_cache_bytes(o.gpu_memory_fraction);
+    blocks = backend.kv_blocks_for_budget(bytes, o.block_size);
+  }
+  KILN_CHECK(blocks > 0, invalid_argument, "the KV cache budget holds no block of {} tokens ({} bytes a token)",
+             o.block_size, backend.kv_bytes_per_token());
+  const int64_t context = backend.config().context_length;
+  m.max_model_len = std::min<int64_t>(o.max_model_len > 0 ? o.max_model_len : context, int64_t(blocks) * o.block_size);
+  KILN_CHECK(o.max_model_len <= 0 || o.max_model_len <= context, invalid_argument,
+             "max model length {} exceeds the model's context of {}", o.max_model_len, context);
+
+  SchedulerConfig sc;
+  sc.num_kv_blocks = blocks;
+  sc.block_size = o.block_size;
+  sc.max_num_seqs = o.max_num_seqs;
+  sc.max_batched_tokens = o.max_batched_tokens;
+  sc.max_model_len = m.max_model_len;
+  sc.batch_window = {o.batch_wait, o.target_batch_size};
+  sc.validate();
+  m.scheduler = std::make_unique<Scheduler>(sc);
+  m.pool = backend.new_kv_pool(blocks, o.block_size);
+  m.end_ids.insert(o.end_of_generation.begin(), o.end_of_generation.end());
+  m.stats.kv_blocks_total = blocks;
+  m.stats.block_size = o.block_size;
+  m.stats.max_model_len = m.max_model_len;
+  m.loop = std::thread([&m] { m.run(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  impl_->loop.join();
+}
+
+int64_t Engine::submit(GenerationRequest request, EventCallback on_event) {
+  Impl& m = *impl_;
+  const int64_t vocab = m.backend.config().vocab_size;
+  KILN_CHECK(on_event != nullptr, invalid_argument, "a request needs an event callback");
+  KILN_CHECK(!request.prompt.empty(), invalid_argument, "the prompt is empty");
+  for (int32_t t : request.prompt)
+    KILN_CHECK(t >= 0 && t < vocab, invalid_argument, "prompt token id {} is outside the vocabulary [0, {})", t, vocab);
+  for (int32_t t : request.stop_token_ids)
+    KILN_CHECK(t >= 0 && t < vocab, invalid_argument, "stop token id {} is outside the vocabulary [0, {})", t, vocab);
+  KILN_CHECK(request.max_tokens >= 1, invalid_argument, "max_tokens must be at least 1, got {}", request.max_tokens);
+  KILN_CHECK(request.logprobs >= -1 && request.logprobs <= 20, invalid_argument,
+             "top logprobs must be in 0..20, got {}", request.logprobs);
+  request.sampling.validate();
+  const int64_t prompt_len = int64_t(request.prompt.size());
+  KILN_CHECK(prompt_len < m.max_model_len, invalid_argument,
+             "the prompt has {} tokens but the maximum context length is {}", prompt_len, m.max_model_len);
+  // Cap the output to the context, as vLLM does for a max_tokens beyond what fits.
+  request.max_tokens = int32_t(std::min<int64_t>(request.max_tokens, m.max_model_len - prompt_len));
+
+  auto live = std::make_unique<Live>(std::move(request), std::move(on_event));
+  int64_t id = 0;
+  {
+    std::lock_guard lock(m.mutex);
+    KILN_CHECK(m.healthy, unavailable, "the engine is unhealthy after an error; restart it");
+    KILN_CHECK(!m.draining && !m.stopping, unavailable, "the engine is shutting down");
+    KILN_CHECK(m.incoming.size() + size_t(m.stats.waiting) < m.options.max_waiting, unavailable,
+               "too many requests are waiting ({}); retry later", m.options.max_waiting);
+    id = m.next_id++;
+    m.incoming.emplace_back(id, std::move(live));
+    m.admitted.insert(id);
+  }
+  m.wake.notify_all();
+  return id;
+}
+
+bool Engine::cancel(int64_t id) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (!impl_->admitted.count(id)) return false;
+    impl_->cancels.push_back(id);
+  }
+  impl_->wake.notify_all();
+  return true;
+}
+
+void Engine::drain() {
+  std::unique_lock lock(impl_->mutex);
+  impl_->draining = true;
+  impl_->idle.wait(lock, [&] { return impl_->admitted.empty(); });
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+bool Engine::healthy() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->healthy;
+}
+
+int64_t Engine::max_model_len() const { return impl_->max_model_len; }
+
+GenerationResult generate_blocking(Engine& engine, GenerationRequest request) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto result = std::make_shared<GenerationResult>();
+  std::future<void> ready = done->get_future();
+  const bool want_logprobs = request.logprobs >= 0;
+  engine.submit(std::move(request), [done, result, want_logprobs](const GenerationEvent& ev) {
+    if (ev.token >= 0) {
+      result->tokens.push_back(ev.token);
+      if (want_logprobs) result->logprobs.push_back(ev.logprob);
+    }
+    if (ev.finished) {
+      result->finish_reason = ev.finish_reason;
+      result->error = ev.error;
+      done->set_value();
+    }
+  });
+  ready.wait();
+  return std::move(*result);
+}
+
+}  // namespace kiln
