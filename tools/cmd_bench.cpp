@@ -13,7 +13,6 @@
 #include "commands.h"
 #include "common.h"
 #include "core/check.h"
-#include "model/random_weights.h"
 #include "profile/cost_model.h"
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -59,28 +58,10 @@ void run(const BenchOptions& o) {
   KILN_CHECK(o.reps >= 1, invalid_argument, "-r/--repetitions must be at least 1, got {}", o.reps);
   KILN_CHECK(o.depth >= 0, invalid_argument, "-d/--depth must be >= 0, got {}", o.depth);
   ThreadPool pool(o.m.threads);
-  std::unique_ptr<Backend> backend;
-  std::optional<LoadedModel> model;
-  double weight_bytes = 0;
-  std::string label;
-  if (!o.random.empty()) {
-    ModelConfig c = preset_config(o.random);
-    label = o.random + " (random bf16)";
-#ifdef KILN_HAVE_CUDA
-    KILN_CHECK(o.m.device != "cpu", invalid_argument, "--random runs on the GPU only");
-    KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
-    auto b = CudaBackend::random(c, 1234, 0.02f);
-    weight_bytes = double(b->weight_bytes());
-    backend = std::move(b);
-#else
-    KILN_FAIL(unsupported, "--random needs the CUDA backend, which this build lacks");
-#endif
-  } else {
-    model.emplace(load_with_progress(resolve_model_path(o.m.model), pool));
-    label = model->config.name;
-    backend = make_backend(o.m.device, *model, pool);
-    weight_bytes = double(model->config.n_params()) * (backend->name() == "cuda" ? 2.0 : 4.0);
-  }
+  BenchTarget target = open_bench_target(o.m, o.random, pool);
+  std::unique_ptr<Backend>& backend = target.backend;
+  const double weight_bytes = target.weight_bytes;
+  const std::string& label = target.label;
   const ModelConfig& c = backend->config();
   std::string device_name = backend->name();
   // What the backend stores: the CPU reference keeps everything in fp32.
@@ -215,7 +196,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--peak-tflops", o->peak_tflops, "Matrix-rate ceiling for the % column")->capture_default_str();
   cmd->add_flag("--per-kernel", o->per_kernel, "Time every kernel of a decode step and a prefill (CUDA)");
   cmd->add_option("--json", o->json, "Write the results as JSON");
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o, cmd] {
+    if (cmd->get_subcommands().empty()) run(*o);  // `kiln bench throughput` runs its own
+  });
+  add_bench_throughput_command(*cmd);
 }
 
 }  // namespace kiln::cli

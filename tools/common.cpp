@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
+#include "model/random_weights.h"
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
@@ -74,6 +75,29 @@ std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& mo
   KILN_CHECK(device != "cuda", unsupported, "this build of kiln has no CUDA backend");
 #endif
   return std::make_unique<CpuBackend>(model.config, std::move(model.weights), pool);
+}
+
+BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_shape, ThreadPool& pool) {
+  BenchTarget t;
+  if (!random_shape.empty()) {
+    ModelConfig c = preset_config(random_shape);
+    t.label = random_shape + " (random bf16)";
+#ifdef KILN_HAVE_CUDA
+    KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");
+    KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
+    auto b = CudaBackend::random(c, 1234, 0.02f);
+    t.weight_bytes = double(b->weight_bytes());
+    t.backend = std::move(b);
+#else
+    KILN_FAIL(unsupported, "--random needs the CUDA backend, which this build lacks");
+#endif
+    return t;
+  }
+  t.model.emplace(load_with_progress(resolve_model_path(o.model), pool));
+  t.label = t.model->config.name;
+  t.backend = make_backend(o.device, *t.model, pool);
+  t.weight_bytes = double(t.model->config.n_params()) * (t.backend->name() == "cuda" ? 2.0 : 4.0);
+  return t;
 }
 
 std::string choose_chat_template(const std::string& override_arg, const std::string& model_template) {

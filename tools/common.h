@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,16 @@ std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& mo
 // The chat template to use: --chat-template's value (a file path, else the Jinja text itself)
 // when given, else the model's own; kiln::Error(invalid_argument) when there is neither.
 std::string choose_chat_template(const std::string& override_arg, const std::string& model_template);
+
+// What a benchmark runs on: a model file, or random bf16 weights of a named real shape on the GPU
+// (--random llama3-8b: speed does not depend on weight values).
+struct BenchTarget {
+  std::unique_ptr<Backend> backend;
+  std::optional<LoadedModel> model;  // when from a file
+  std::string label;
+  double weight_bytes = 0;
+};
+BenchTarget open_bench_target(const ModelOptions& options, const std::string& random_shape, ThreadPool& pool);
 
 // Token ids written as "1,2,3", "1 2 3" or "[1, 2, 3]"; kiln::Error(invalid_argument) naming
 // `what` for anything else.
