@@ -107,6 +107,10 @@ void run(ThroughputOptions o) {
              s.steps_total, double(s.prompt_tokens_total + s.generation_tokens_total) / double(std::max<int64_t>(1, s.steps_total)),
              peak_running.load(), 100.0 * peak_blocks.load() / s.kv_blocks_total, peak_blocks.load(),
              s.kv_blocks_total, s.preemptions_total, failed);
+  const double gbs = s.busy_seconds_total > 0 ? s.bytes_total / s.busy_seconds_total / 1e9 : 0;
+  fmt::print("Engine: {:.1f} GB/s achieved by the cost model's bytes over step time ({:.1f}% of the steps' wall time "
+             "busy)\n",
+             gbs, 100 * s.busy_seconds_total / seconds);
   KILN_CHECK(failed == 0, internal, "{} requests failed", failed);
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", target.label},
@@ -128,7 +132,9 @@ void run(ThroughputOptions o) {
                         {"steps", s.steps_total},
                         {"peak_running", peak_running.load()},
                         {"peak_kv_blocks_used", peak_blocks.load()},
-                        {"preemptions", s.preemptions_total}};
+                        {"preemptions", s.preemptions_total},
+                        {"achieved_gbs", gbs},
+                        {"busy_fraction", s.busy_seconds_total / seconds}};
     std::ofstream(o.json) << j.dump(2) << "\n";
   }
 }

@@ -81,6 +81,11 @@ struct EngineStats {
   int64_t last_step_tokens = 0;
   double last_step_seconds = 0;
   int64_t max_model_len = 0;
+  // Bandwidth the steps achieved, by the cost model (profile/cost_model.h): the fewest bytes each
+  // step must move (weights once, every sequence's KV, activations) over its wall time.
+  double last_step_bytes = 0;
+  double bytes_total = 0;
+  double busy_seconds_total = 0;  // wall time of all steps
 };
 
 class Engine {

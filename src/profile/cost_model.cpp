@@ -35,6 +35,20 @@ Cost attention(int64_t n_new, int64_t past, const ModelConfig& c, const Widths& 
 }
 
 std::vector<OpCost> step_ops(const ModelConfig& c, int64_t n, int64_t past, int64_t n_out, const Widths& w) {
+  return batch_ops(c, {SeqShape{n, past}}, n_out, w);
+}
+
+std::vector<OpCost> batch_ops(const ModelConfig& c, const std::vector<SeqShape>& seqs, int64_t n_out,
+                              const Widths& w) {
+  int64_t n = 0;
+  Cost decode, prefill;
+  bool any_decode = false, any_prefill = false;
+  for (const SeqShape& s : seqs) {
+    n += s.n_new;
+    const Cost a = attention(s.n_new, s.past, c, w);
+    (s.n_new == 1 ? decode : prefill) += a;
+    (s.n_new == 1 ? any_decode : any_prefill) = true;
+  }
   const char* kind = n <= kGemvMaxRows ? ".gemv" : ".gemm";
   auto named = [&](const char* op) { return std::string(op) + kind; };
   const int64_t H = c.hidden_size, I = c.intermediate_size;
@@ -44,7 +58,8 @@ std::vector<OpCost> step_ops(const ModelConfig& c, int64_t n, int64_t past, int6
     ops.push_back({"rmsnorm", rmsnorm(n, H, w)});
     ops.push_back({named("qkv"), linear(n, c.q_dim() + 2 * c.kv_dim(), H, w.act, w)});
     ops.push_back({"rope_qkv", rope_qkv(n, c, w)});
-    ops.push_back({n == 1 ? "attention.decode" : "attention.prefill", attention(n, past, c, w)});
+    if (any_decode) ops.push_back({"attention.decode", decode});
+    if (any_prefill) ops.push_back({"attention.prefill", prefill});
     ops.push_back({named("o"), linear(n, H, c.q_dim(), 2 * w.residual, w)});
     ops.push_back({"rmsnorm", rmsnorm(n, H, w)});
     ops.push_back({named("gate_up"), linear(n, 2 * I, H, w.act, w)});
@@ -54,6 +69,12 @@ std::vector<OpCost> step_ops(const ModelConfig& c, int64_t n, int64_t past, int6
   ops.push_back({"rmsnorm", rmsnorm(n_out, H, w)});
   ops.push_back({n_out <= kGemvMaxRows ? "lm_head.gemv" : "lm_head.gemm", linear(n_out, c.vocab_size, H, 4, w)});
   return ops;
+}
+
+Cost batch_cost(const ModelConfig& c, const std::vector<SeqShape>& seqs, int64_t n_out, const Widths& w) {
+  Cost total;
+  for (const auto& op : batch_ops(c, seqs, n_out, w)) total += op.cost;
+  return total;
 }
 
 Cost step_cost(const ModelConfig& c, int64_t n_new, int64_t past, int64_t n_out, const Widths& w) {

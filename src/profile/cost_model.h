@@ -48,6 +48,18 @@ struct OpCost {
 std::vector<OpCost> step_ops(const ModelConfig& c, int64_t n_new, int64_t past, int64_t n_out, const Widths& w = {});
 Cost step_cost(const ModelConfig& c, int64_t n_new, int64_t past, int64_t n_out, const Widths& w = {});
 
+// One sequence's share of a batched step: n_new tokens after `past` cached ones.
+struct SeqShape {
+  int64_t n_new = 1;
+  int64_t past = 0;
+};
+// Every op of one batched step (continuous batching): the matrix products see all tokens of all
+// sequences as one matrix; attention is summed over the decode sequences (one op) and over the
+// prefill ones (another); logits for n_out rows. step_ops is this with one sequence.
+std::vector<OpCost> batch_ops(const ModelConfig& c, const std::vector<SeqShape>& seqs, int64_t n_out,
+                              const Widths& w = {});
+Cost batch_cost(const ModelConfig& c, const std::vector<SeqShape>& seqs, int64_t n_out, const Widths& w = {});
+
 // Bytes of all weights at the given width (norms included).
 double weight_bytes(const ModelConfig& c, const Widths& w = {});
 

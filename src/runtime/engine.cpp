@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "profile/cost_model.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 
@@ -178,6 +179,15 @@ struct Engine::Impl {
         r.on_event(ev);
       }
     }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    double bytes = 0;
+    if (!plan.empty()) {
+      std::vector<profile::SeqShape> shapes;
+      for (const ScheduledChunk& c : plan.chunks) shapes.push_back({int64_t(c.tokens.size()), c.first_position});
+      // The CPU reference keeps everything in fp32; GPU backends use the default widths.
+      const profile::Widths widths = backend.kv_bytes_per_element() == 4 ? profile::Widths{4, 4, 4, 4} : profile::Widths{};
+      bytes = profile::batch_cost(backend.config(), shapes, int64_t(sampled.size()), widths).bytes;
+    }
     const std::vector<FinishedRequest> finished = scheduler->on_step_done(sampled);
     for (const FinishedRequest& f : finished) retire(f.id);
 
@@ -187,7 +197,10 @@ struct Engine::Impl {
     stats.generation_tokens_total += int64_t(sampled.size());
     stats.last_step_seqs = plan.stats.num_seqs;
     stats.last_step_tokens = plan.num_tokens();
-    stats.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    stats.last_step_seconds = seconds;
+    stats.last_step_bytes = bytes;
+    stats.bytes_total += bytes;
+    stats.busy_seconds_total += seconds;
     refresh_queue_stats();
   }
 

@@ -62,3 +62,34 @@ TEST(CostModel, Llama3_8bPrefill512LayerByHand) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln::profile {
+namespace {
+
+// A batched decode step reads the weights once and each sequence's KV once: 64 sequences cost
+// one sequence's step plus 63 more attention reads and 63 more rows of activations.
+TEST(CostModel, BatchedDecodeReadsWeightsOnceAndEachKvOnce) {
+  const ModelConfig c = preset_config("llama3-8b");
+  const std::vector<SeqShape> batch(64, SeqShape{1, 1000});
+  const Cost one = step_cost(c, 1, 1000, 1);
+  const Cost many = batch_cost(c, batch, 64);
+  const double attention_extra = 63 * attention(1, 1000, c).bytes * double(c.n_layers);
+  // Weights dominate: the batch costs far less than 64 single steps.
+  EXPECT_LT(many.bytes, 1.5 * one.bytes + attention_extra);
+  EXPECT_GT(many.bytes, one.bytes + attention_extra);
+  EXPECT_NEAR(many.flops, 64 * one.flops, 1e-6 * 64 * one.flops);
+  // A mixed step: attention of the prefill and decode parts are separate ops, matrix products one.
+  const auto ops = batch_ops(c, {{1, 100}, {300, 0}}, 2);
+  int decode = 0, prefill = 0, gemm = 0;
+  for (const auto& op : ops) {
+    decode += op.name == "attention.decode";
+    prefill += op.name == "attention.prefill";
+    gemm += op.name == "qkv.gemm";
+  }
+  EXPECT_EQ(decode, c.n_layers);
+  EXPECT_EQ(prefill, c.n_layers);
+  EXPECT_EQ(gemm, c.n_layers);
+}
+
+}  // namespace
+}  // namespace kiln::profile
