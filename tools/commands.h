@@ -14,6 +14,7 @@ void add_bench_throughput_command(CLI::App& bench);  // kiln bench throughput
 // The engine knobs every engine command shares (bench throughput, serve).
 void add_engine_options(CLI::App* cmd, EngineOptions& options, int64_t& kv_cache_mb);
 void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize
+void add_profile_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 
 }  // namespace kiln::cli
