@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -134,7 +135,9 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
         run(w[0].data());
         cuda_synchronize();
         double err = rel_error(to_float(y), ref);
-        std::string label = ver ? "v" + std::to_string(ver) : std::string("kiln");
+        char label_buf[16];
+        std::snprintf(label_buf, sizeof label_buf, "v%d", ver);
+        const std::string label = ver ? label_buf : "kiln";
         if (!(err < 1e-2))
           std::printf("VALIDATION FAILED: %s %s M=%lld err %.3e\n", label.c_str(), s.name, (long long)m, err);
         double t = time_ms([&](int i) { run(w[size_t(i % copies)].data()); }, reps);
@@ -165,6 +168,75 @@ void bench_attention(double copy_gbs) {
     char shape[64];
     std::snprintf(shape, sizeof shape, "decode b=%lld L=%lld", (long long)batch, (long long)len);
     record("attention", shape, "kiln", ms, 2.0 * batch * len * kv_dim * 2, 4.0 * batch * len * heads * d, copy_gbs, 0);
+  }
+  // Paged decode: the same shapes over a pool of 16-token blocks in shuffled order (what the
+  // continuous-batching engine reads), validated bit for bit against the contiguous kernel on the
+  // same values gathered into per-sequence caches; GB/s counts K/V bytes read (block tables aside).
+  for (auto [batch, len] : {std::pair<int64_t, int64_t>{1, 32768}, {64, 2048}, {16, 8192}, {256, 512}}) {
+    const int64_t bs = 16, per_seq = len / bs, num_blocks = batch * per_seq;
+    DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size());
+    DeviceBuffer<bf16> ck(size_t(batch * len * kv_dim)), cv(ck.size());
+    DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size()), out_ref(q.size());
+    fill_random_bf16(pk.data(), int64_t(pk.size()), 5, 0, 0, 1.0f, nullptr);
+    fill_random_bf16(pv.data(), int64_t(pv.size()), 5, 1, 0, 1.0f, nullptr);
+    fill_random_bf16(q.data(), int64_t(q.size()), 5, 2, 0, 1.0f, nullptr);
+    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+    for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
+    std::mt19937 rng(7);
+    std::shuffle(table.begin(), table.end(), rng);
+    const int64_t block_bytes = bs * kv_dim * 2;
+    for (int64_t i = 0; i < num_blocks; ++i) {  // sequence i / per_seq, block i % per_seq
+      copy_device(ck.data() + i * bs * kv_dim, pk.data() + table[size_t(i)] * bs * kv_dim, block_bytes, nullptr);
+      copy_device(cv.data() + i * bs * kv_dim, pv.data() + table[size_t(i)] * bs * kv_dim, block_bytes, nullptr);
+    }
+    DeviceBuffer<int32_t> dtable(table);
+    std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
+    DeviceBuffer<int32_t> dlen(lens);
+    DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, len)));
+    auto wsv = decode_workspace(ws.data(), batch, heads, d, len);
+    KvLayout paged{pk.data(), pv.data(), 0, kv_dim, d};
+    paged.block_table = dtable.data();
+    paged.bt_stride = per_seq;
+    paged.block_shift = 4;
+    KvLayout contig{ck.data(), cv.data(), len * kv_dim, kv_dim, d};
+    attention_decode(q.data(), contig, dlen.data(), len, out_ref.data(), wsv, batch, heads, kv_heads, d, nullptr);
+    attention_decode(q.data(), paged, dlen.data(), len, out.data(), wsv, batch, heads, kv_heads, d, nullptr);
+    cuda_synchronize();
+    const double err = rel_error(to_float(out), to_float(out_ref));
+    if (err != 0) std::printf("VALIDATION FAILED: paged decode differs from contiguous, err %.3e\n", err);
+    const double bytes = 2.0 * batch * len * kv_dim * 2, flops = 4.0 * batch * len * heads * d;
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "decode b=%lld L=%lld", (long long)batch, (long long)len);
+    double ms = time_ms([&](int) {
+      attention_decode(q.data(), contig, dlen.data(), len, out_ref.data(), wsv, batch, heads, kv_heads, d, nullptr);
+    });
+    record("attention", shape, "contig", ms, bytes, flops, copy_gbs, 0);
+    ms = time_ms([&](int) {
+      attention_decode(q.data(), paged, dlen.data(), len, out.data(), wsv, batch, heads, kv_heads, d, nullptr);
+    });
+    record("attention", shape, "paged16", ms, bytes, flops, copy_gbs, err);
+  }
+  {  // paged prefill, one 4096-token sequence over shuffled 16-token blocks
+    const int64_t n = 4096, bs = 16, num_blocks = n / bs;
+    DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size()), q(size_t(n * heads * d)),
+        out(q.size());
+    fill_random_bf16(pk.data(), int64_t(pk.size()), 6, 0, 0, 1.0f, nullptr);
+    fill_random_bf16(pv.data(), int64_t(pv.size()), 6, 1, 0, 1.0f, nullptr);
+    fill_random_bf16(q.data(), int64_t(q.size()), 6, 2, 0, 1.0f, nullptr);
+    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+    for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
+    std::mt19937 rng(8);
+    std::shuffle(table.begin(), table.end(), rng);
+    DeviceBuffer<int32_t> dtable(table);
+    KvLayout paged{pk.data(), pv.data(), 0, kv_dim, d};
+    paged.block_table = dtable.data();
+    paged.bt_stride = num_blocks;
+    paged.block_shift = 4;
+    double ms = time_ms([&](int) { attention_prefill(q.data(), paged, out.data(), n, 0, heads, kv_heads, d, nullptr); },
+                        10, 1);
+    double flops = 4.0 * double(n) * double(n + 1) / 2 * heads * d;
+    record("attention", "prefill causal 4096", "paged16", ms, 2.0 * n * (heads * d * 2 + kv_dim * 2), flops, copy_gbs,
+           0);
   }
   for (int64_t n : {4096ll, 16384ll}) {
     DeviceBuffer<bf16> k(size_t(n * kv_dim)), v(k.size()), q(size_t(n * heads * d)), out(q.size());

@@ -8,6 +8,15 @@
 // CUDA graph per sequence on first use and replayed afterwards (token, position and length go
 // through device memory), unless graphs are turned off. Profiling mode times every launch with CUDA
 // events and accumulates per kernel name, with analytic bytes and FLOPs (graphs are bypassed).
+//
+// Continuous batching (forward_batch, cuda_batch.cpp): a KvPool is one bf16 allocation holding,
+// per layer, K and V as (num_blocks + 1, block_size, n_kv_heads, head_dim); block num_blocks is a
+// scratch block that padding entries write to. A step runs all entries' tokens as one matrix of M
+// rows; K/V are written by slot, decode entries attend in one paged flash-decoding launch, each
+// prefill chunk in its own paged prefill launch. A step of decode entries only (at most 256) is
+// padded to a batch-size bucket (1, 2, 4, ..., 256) and a block-table width bucket (a power of
+// two), and captured in a CUDA graph per (batch bucket, width bucket) on its second use, then
+// replayed with new metadata (one host->device copy a step).
 #pragma once
 
 #include <cstdint>
@@ -46,7 +55,18 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override;
   std::unique_ptr<KvSequence> new_sequence(int64_t capacity) override;
+  int64_t kv_bytes_per_element() const override { return 2; }  // bf16 K/V
+  // block_size: a power of two (16 is the usual); the pool may be used only with this backend.
+  std::unique_ptr<KvPool> new_kv_pool(int32_t num_blocks, int32_t block_size) override;
 
+  // gpu_memory_fraction (0..1] of the device memory free now: the engine's default pool size.
+  int64_t default_kv_cache_bytes(double gpu_memory_fraction) const override;
+
+  // Bytes of device memory free now (cudaMemGetInfo), to size a pool from a memory fraction.
+  static int64_t free_device_memory();
+  static int64_t total_device_memory();
+  // CUDA graphs captured so far for forward_batch steps on `pool` (tests, diagnostics).
+  int64_t batch_graph_count(const KvPool& pool) const;
 
   void set_use_graphs(bool on);
   bool use_graphs() const;
@@ -60,6 +80,7 @@ class CudaBackend final : public Backend {
  private:
   void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                     std::vector<float>& logits) override;
+  void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits) override;
   CudaBackend(ModelConfig config, CudaBackendOptions options, int);
   std::unique_ptr<Impl> impl_;
 };

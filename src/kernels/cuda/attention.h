@@ -1,6 +1,10 @@
 // Causal grouped-query attention over the bf16 KV cache (addressed through KvLayout only).
 // Query head h reads KV head h / (n_heads / n_kv_heads); K/V are never repeated per query head.
 // Head dims: multiples of 8, at most 128 (64, 80, 96, 128 are tested).
+// Both entry points take either KV form (kv_layout.h): contiguous per sequence, or a paged pool
+// with a device block table (kv.block_table set; block_size a power of two). Paged decode:
+// sequence b reads block-table row b. Paged prefill: row 0 of the table (pass kv_row_view(kv, r)
+// for another row). The kernels are the same with per-row addressing of K/V tiles.
 #pragma once
 
 #include "kernels/cuda/common.h"

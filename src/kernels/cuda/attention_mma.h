@@ -85,6 +85,54 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, R
   }
 }
 
+// Paged K/V tiles (kv_layout.h's paged form) of R positions: fetch() loads into registers the
+// block ids of the rows this thread copies (one id per row, shared by K and V), load() issues the
+// cp.async copies of a fetched tile. Callers fetch the ids of the tile after the one they load
+// next, so the block-table latency overlaps a tile's compute instead of stalling the copies.
+// Same zero-fill rules as load_tile_async.
+template <int D, int R, int kThreads>
+struct PagedTileLoader {
+  static constexpr int kChunks = D / 8, kIters = (R * kChunks + kThreads - 1) / kThreads;
+  int32_t blk[kIters];
+
+  // bt: this sequence's block-table row; the tile holds positions p0 .. p0 + n_rows - 1.
+  __device__ __forceinline__ void fetch(const int32_t* bt, int shift, int p0, int n_rows) {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = it * kThreads + int(threadIdx.x), r = i / kChunks;
+      blk[it] = (i < R * kChunks && r < n_rows) ? __ldg(bt + ((p0 + r) >> shift)) : 0;
+    }
+  }
+
+  __device__ __forceinline__ void load(bf16* k_tile, bf16* v_tile, const KvLayout& kv, int kv_head, int p0,
+                                       int n_rows, int d) const {
+    const int mask = (1 << kv.block_shift) - 1;
+    int64_t off[kIters];
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = it * kThreads + int(threadIdx.x), r = i / kChunks;
+      const int64_t slot = (int64_t(blk[it]) << kv.block_shift) | ((p0 + r) & mask);
+      off[it] = kv.slot_offset(slot, kv_head);
+    }
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = it * kThreads + int(threadIdx.x);
+      if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
+      const int r = i / kChunks, c = i % kChunks;
+      const bool ok = r < n_rows && c * 8 < d;
+      cp_async16(k_tile + swz<D>(r, c), ok ? kv.k + off[it] + c * 8 : kv.k, ok);
+    }
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = it * kThreads + int(threadIdx.x);
+      if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
+      const int r = i / kChunks, c = i % kChunks;
+      const bool ok = r < n_rows && c * 8 < d;
+      cp_async16(v_tile + swz<D>(r, c), ok ? kv.v + off[it] + c * 8 : kv.v, ok);
+    }
+  }
+};
+
 // Q fragments of this warp's 16 rows (starting at row0 of a swizzled (*, D) tile).
 template <int D>
 __device__ __forceinline__ void load_q_frags(uint32_t (&qf)[D / 16][4], const bf16* qs, int row0) {

@@ -1,7 +1,7 @@
 // Causal prefill attention.
 //
-// Fast path (prefill_mma_kernel<D>, D = 64 for head_dim 64, D = 128 for head dims 72..128 with the
-// dims past head_dim zero-padded): FlashAttention-2 on the tensor cores. Block = 4 warps = 64 query
+// Fast path (prefill_mma_kernel<D, kPaged>, D = 64 for head_dim 64, D = 128 for head dims
+// 72..128 with the dims past head_dim zero-padded): FlashAttention-2 on the tensor cores. Block = 4 warps = 64 query
 // rows of one query head, each warp 16 rows; bf16 mma.sync m16n8k16 (fp32 accumulators), K by
 // ldmatrix, V by ldmatrix.trans, from XOR-swizzled shared tiles of 64 positions, double-buffered
 // with cp.async (tile t+1 loads while tile t is computed). Online softmax in registers on
@@ -10,6 +10,12 @@
 // KV head h / group through KvLayout (no copies); the grid runs the heads of one query tile next
 // to each other (blockIdx.x = head) so a group's K/V tiles are shared in L2, and the last (longest)
 // query tiles first. Q is staged through the second K buffer before the loop.
+//
+// Paged KV (kv.block_table set): prefill_mma_kernel<D, kPaged = true> addresses every K/V tile
+// row through row 0 of the block table (the caller passes the entry's row as kv_row_view), with
+// the block ids of the next tile fetched while the current one is computed (PagedTileLoader);
+// 4096-token causal prefill, 32/8 heads, d 128: 725 us paged vs 662 us contiguous on the H200.
+// The fallback goes through KvLayout::offset, which branches on the form.
 //
 // Fallback (prefill_fp32_kernel, the previous CUDA-core kernel): any head_dim % 8 == 0 <= 128 whose
 // pointers or strides are not 16-byte aligned (cp.async needs it). Block = 4 warps = 32 query rows;
@@ -125,7 +131,7 @@ constexpr size_t mma_smem_bytes() {
   return size_t(4) * attn::kTileKv * D * sizeof(bf16);  // 2 stages x (K, V)
 }
 
-template <int D>
+template <int D, bool kPaged>
 __global__ void __launch_bounds__(kMmaThreads, D == 128 ? 2 : 3)
     prefill_mma_kernel(const bf16* __restrict__ q, KvLayout kv, bf16* __restrict__ out, int n_q, int q_start,
                        int n_heads, int group, int d, float scale_log2) {
@@ -140,18 +146,31 @@ __global__ void __launch_bounds__(kMmaThreads, D == 128 ? 2 : 3)
   const int n_tiles = (kv_end + kTileKv - 1) / kTileKv;
   auto k_stage = [&](int st) { return sm + st * 2 * kTileKv * D; };
   auto v_stage = [&](int st) { return sm + st * 2 * kTileKv * D + kTileKv * D; };
-  auto load_kv = [&](int tile, int st) {
+  [[maybe_unused]] PagedTileLoader<D, kTileKv, kMmaThreads> paged;  // kPaged: block ids of the next tile
+  auto load_kv = [&](int tile, int st) {  // paged: the ids were fetched by prefetch_ids(tile)
     const int k0 = tile * kTileKv, n = min(kTileKv, kv_end - k0);
-    load_tile_async<D, kTileKv, kMmaThreads>(
-        k_stage(st), n, d, [&](int r) { return kv.k + kv.offset(0, k0 + r, kvh); }, kv.k);
-    load_tile_async<D, kTileKv, kMmaThreads>(
-        v_stage(st), n, d, [&](int r) { return kv.v + kv.offset(0, k0 + r, kvh); }, kv.v);
+    if constexpr (kPaged) {
+      paged.load(k_stage(st), v_stage(st), kv, kvh, k0, n, d);
+    } else {
+      load_tile_async<D, kTileKv, kMmaThreads>(
+          k_stage(st), n, d, [&](int r) { return kv.k + kv.offset_as<false>(0, k0 + r, kvh); }, kv.k);
+      load_tile_async<D, kTileKv, kMmaThreads>(
+          v_stage(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(0, k0 + r, kvh); }, kv.v);
+    }
   };
 
   // Q through the stage-1 K buffer (free until tile 1 loads), tile 0 into stage 0.
   load_tile_async<D, kMmaTileQ, kMmaThreads>(
       k_stage(1), rows, d, [&](int r) { return q + (int64_t(q0 + r) * n_heads + h) * d; }, q);
+  auto prefetch_ids = [&](int tile) {
+    if constexpr (kPaged) {
+      if (tile < n_tiles)
+        paged.fetch(kv.block_table, kv.block_shift, tile * kTileKv, min(kTileKv, kv_end - tile * kTileKv));
+    }
+  };
+  prefetch_ids(0);
   load_kv(0, 0);
+  prefetch_ids(1);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -166,7 +185,10 @@ __global__ void __launch_bounds__(kMmaThreads, D == 128 ? 2 : 3)
   for (int tile = 0; tile < n_tiles; ++tile) {
     cp_async_wait<0>();
     __syncthreads();  // tile landed for every thread; the other stage (and Q) is no longer read
-    if (tile + 1 < n_tiles) load_kv(tile + 1, (tile + 1) & 1);
+    if (tile + 1 < n_tiles) {
+      load_kv(tile + 1, (tile + 1) & 1);
+      prefetch_ids(tile + 2);  // lands while this tile is computed
+    }
     cp_async_commit();
     const int k0 = tile * kTileKv, st = tile & 1;
     if (k0 > row_pos0 + 15) continue;  // the whole tile is in the future of this warp's rows
@@ -196,16 +218,16 @@ __global__ void __launch_bounds__(kMmaThreads, D == 128 ? 2 : 3)
   }
 }
 
-template <int D>
+template <int D, bool kPaged>
 void launch_prefill_mma(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads, int group,
                         int head_dim, cudaStream_t stream) {
   static std::once_flag configured;
   std::call_once(configured, [] {
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<D, kPaged>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(mma_smem_bytes<D>())));
   });
   dim3 grid(unsigned(n_heads), unsigned((n_q + kMmaTileQ - 1) / kMmaTileQ));
-  prefill_mma_kernel<D><<<grid, kMmaThreads, mma_smem_bytes<D>(), stream>>>(
+  prefill_mma_kernel<D, kPaged><<<grid, kMmaThreads, mma_smem_bytes<D>(), stream>>>(
       q, kv, out, int(n_q), int(q_start), n_heads, group, head_dim,
       attn::kLog2e / sqrtf(float(head_dim)));
   KILN_CUDA_CHECK_LAUNCH();
@@ -226,13 +248,23 @@ void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64
   KILN_CUDA_REQUIRE(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads must be a multiple of n_kv_heads");
   if (n_q == 0) return;
   KILN_CUDA_REQUIRE(q_start + n_q < (int64_t(1) << 31) && n_q < int64_t(65535) * 64, "attention: prefill too long");
+  KILN_CUDA_REQUIRE(!kv.paged() || (kv.block_shift >= 0 && kv.block_shift <= 20 && kv.bt_stride > 0),
+                    "attention: bad paged KV layout (block_size must be a power of two)");
   const int group = n_heads / n_kv_heads;
   const char* impl = attention_prefill_impl(q, kv, out, head_dim);
   if (impl[0] == 'm') {  // tensor cores; head dims 8..64 run in the 64-wide tile, 72..128 in the 128-wide one
-    if (head_dim <= 64)
-      launch_prefill_mma<64>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
-    else
-      launch_prefill_mma<128>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    // Instantiations: D in {64, 128} x {contiguous, paged}.
+    if (kv.paged()) {
+      if (head_dim <= 64)
+        launch_prefill_mma<64, true>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+      else
+        launch_prefill_mma<128, true>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    } else {
+      if (head_dim <= 64)
+        launch_prefill_mma<64, false>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+      else
+        launch_prefill_mma<128, false>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    }
     return;
   }
   size_t smem = size_t(kTileQ * head_dim + kTileK * (head_dim + 1) + kTileK * head_dim) * sizeof(float);

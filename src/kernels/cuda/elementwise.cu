@@ -50,7 +50,8 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
 // sin/cos is computed once. Angles in double, reduced mod 2 pi: fp32 pos * freq loses digits at
 // long context (the CPU reference does the same).
 __global__ void rope_qkv_kernel(const bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
-                                const int32_t* __restrict__ seq_ids, const float* __restrict__ inv_freq, int rot_dim,
+                                const int32_t* __restrict__ seq_ids, const int32_t* __restrict__ slots,
+                                const float* __restrict__ inv_freq, int rot_dim,
                                 bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* __restrict__ q_out,
                                 KvLayout kv) {
   const int t = blockIdx.x;
@@ -58,6 +59,9 @@ __global__ void rope_qkv_kernel(const bf16* __restrict__ qkv, const int32_t* __r
   const bf16* row = qkv + int64_t(t) * (q_dim + 2 * kv_dim);  // [q | k | v]
   const int64_t pos = positions[t];
   const int seq = seq_ids ? seq_ids[t] : 0;
+  // Where K/V head h of this token goes: by slot (paged pool) or by (sequence, position).
+  const int64_t slot = slots ? int64_t(slots[t]) : -1;
+  auto kv_at = [&](int h) { return slots ? kv.slot_offset(slot, h) : kv.offset(seq, pos, h); };
   bf16* qo = q_out + int64_t(t) * q_dim;
   const int half = rot_dim / 2;
 
@@ -69,7 +73,7 @@ __global__ void rope_qkv_kernel(const bf16* __restrict__ qkv, const int32_t* __r
     for (int h = 0; h < n_heads + n_kv_heads; ++h) {
       bool is_q = h < n_heads;
       const bf16* src = row + (is_q ? h * head_dim : q_dim + (h - n_heads) * head_dim);
-      bf16* dst = is_q ? qo + h * head_dim : kv.k + kv.offset(seq, pos, h - n_heads);
+      bf16* dst = is_q ? qo + h * head_dim : kv.k + kv_at(h - n_heads);
       float x0 = __bfloat162float(src[a]), x1 = __bfloat162float(src[b]);
       dst[a] = __float2bfloat16(x0 * c - x1 * s);
       dst[b] = __float2bfloat16(x0 * s + x1 * c);
@@ -79,14 +83,21 @@ __global__ void rope_qkv_kernel(const bf16* __restrict__ qkv, const int32_t* __r
   for (int h = 0; h < n_heads + n_kv_heads; ++h) {
     bool is_q = h < n_heads;
     const bf16* src = row + (is_q ? h * head_dim : q_dim + (h - n_heads) * head_dim);
-    bf16* dst = is_q ? qo + h * head_dim : kv.k + kv.offset(seq, pos, h - n_heads);
+    bf16* dst = is_q ? qo + h * head_dim : kv.k + kv_at(h - n_heads);
     for (int d = rot_dim + threadIdx.x; d < head_dim; d += blockDim.x) dst[d] = src[d];
   }
   for (int h = 0; h < n_kv_heads; ++h) {
     const bf16* src = row + q_dim + kv_dim + h * head_dim;
-    bf16* dst = kv.v + kv.offset(seq, pos, h);
+    bf16* dst = kv.v + kv_at(h);
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) dst[d] = src[d];
   }
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ rows,
+                                   float* __restrict__ dst, int64_t dim) {
+  const float* s = src + int64_t(rows[blockIdx.x]) * dim;  // (dim)
+  float* d = dst + int64_t(blockIdx.x) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) d[i] = s[i];
 }
 
 __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t rows,
@@ -121,8 +132,25 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
               int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
               cudaStream_t stream) {
   if (n == 0) return;
-  rope_qkv_kernel<<<unsigned(n), 128, 0, stream>>>(qkv, positions, seq_ids, inv_freq, rot_dim, interleaved, n_heads,
-                                                   n_kv_heads, head_dim, q_out, kv);
+  rope_qkv_kernel<<<unsigned(n), 128, 0, stream>>>(qkv, positions, seq_ids, nullptr, inv_freq, rot_dim, interleaved,
+                                                   n_heads, n_kv_heads, head_dim, q_out, kv);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* slots, int64_t n, const float* inv_freq,
+                    int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout pool,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  KILN_CUDA_REQUIRE(slots != nullptr, "rope_qkv_slots: slots are required");
+  KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
+  rope_qkv_kernel<<<unsigned(n), 128, 0, stream>>>(qkv, positions, nullptr, slots, inv_freq, rot_dim, interleaved,
+                                                   n_heads, n_kv_heads, head_dim, q_out, pool);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, int64_t dim, cudaStream_t stream) {
+  if (n == 0) return;
+  gather_rows_kernel<<<unsigned(n), 256, 0, stream>>>(src, rows, dst, dim);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

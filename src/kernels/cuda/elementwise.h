@@ -30,6 +30,17 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
               int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
               cudaStream_t stream);
 
+// The paged form: the same rotation, and K/V of token t written by slot into the pool
+// (pool.k/pool.v: this layer's (num_blocks + 1, block_size, n_kv_heads, head_dim) arrays, see
+// kv_layout.h) at row slots[t] = block * block_size + position % block_size (the slot mapping,
+// computed on the host from the block tables). The block table in `pool` is not used.
+void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* slots, int64_t n, const float* inv_freq,
+                    int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout pool,
+                    cudaStream_t stream);
+
+// dst(n, dim) fp32 = src[rows[i]] (the rows whose logits are wanted, before the final norm).
+void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, int64_t dim, cudaStream_t stream);
+
 // gate_up(rows, 2 inter) bf16 = [gate | up] per row; out(rows, inter) = silu(gate) * up.
 void silu_mul(const bf16* gate_up, bf16* out, int64_t rows, int64_t inter, cudaStream_t stream);
 

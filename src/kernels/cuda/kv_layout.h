@@ -1,7 +1,22 @@
 // Where a key or value vector lives in the cache: the one place that knows the KV addressing.
-// Today each sequence's cache is contiguous per layer, (capacity, n_kv_heads, head_dim) for K and
-// the same for V, and a batch of sequences is `seq_stride` elements apart. Paging (the batching
-// issue) replaces offset() with a block-table lookup; every kernel goes through it.
+// Every kernel goes through KvLayout::offset (or offset_as<kPaged> in templated hot loops).
+//
+// Two forms, told apart by `block_table` (uniform over a launch):
+//
+//  * contiguous (block_table == nullptr): each sequence's cache is contiguous per layer,
+//    (capacity, n_kv_heads, head_dim) for K and the same for V, and a batch of sequences is
+//    `seq_stride` elements apart (KvSequence; batched decode in the kernel lab).
+//
+//  * paged (block_table != nullptr): the layer's K and V are each a pool of slots,
+//        k, v: (num_blocks + 1, block_size, n_kv_heads, head_dim) bf16
+//    i.e. slot s = block * block_size + offset is the row s * pos_stride (pos_stride =
+//    n_kv_heads * head_dim). The last block (id num_blocks) is scratch: padded entries of a
+//    CUDA-graph batch point at it and write there, so they never touch a real sequence's blocks.
+//        block_table: (batch, bt_stride) int32, device memory; row `seq` lists the blocks of
+//                     sequence `seq`: position p lives in block block_table[seq * bt_stride +
+//                     p / block_size], offset p % block_size.
+//    block_size = 1 << block_shift (a power of two). seq_stride is unused.
+//    Block ids are trusted here: the host (Backend::forward_batch) validates them.
 #pragma once
 
 #include "kernels/cuda/common.h"
@@ -9,15 +24,42 @@
 namespace kiln::cuda {
 
 struct KvLayout {
-  bf16* k = nullptr;         // this layer's keys of sequence 0
-  bf16* v = nullptr;         // this layer's values of sequence 0
-  int64_t seq_stride = 0;    // elements from one sequence's cache to the next (batched decode)
-  int64_t pos_stride = 0;    // elements from one position to the next (= n_kv_heads * head_dim)
+  bf16* k = nullptr;         // this layer's keys of sequence 0 (contiguous) or slot 0 (paged)
+  bf16* v = nullptr;         // this layer's values, same
+  int64_t seq_stride = 0;    // contiguous: elements from one sequence's cache to the next
+  int64_t pos_stride = 0;    // elements from one position (slot) to the next (= n_kv_heads * head_dim)
   int head_dim = 0;
+  // Paged form only (block_table == nullptr: contiguous).
+  const int32_t* block_table = nullptr;  // (batch, bt_stride) device int32
+  int64_t bt_stride = 0;                 // entries per block-table row
+  int block_shift = 0;                   // log2(block_size)
 
-  KILN_HD int64_t offset(int seq, int64_t pos, int kv_head) const {
-    return int64_t(seq) * seq_stride + pos * pos_stride + int64_t(kv_head) * head_dim;
+  KILN_HD bool paged() const { return block_table != nullptr; }
+
+  // Element offset of (sequence, position, kv head) from k (or v) in the given form; hot loops
+  // pick the form at compile time so the contiguous path keeps its exact code.
+  template <bool kPaged>
+  KILN_HD int64_t offset_as(int seq, int64_t pos, int kv_head) const {
+    if constexpr (kPaged) {
+      const int64_t block = block_table[int64_t(seq) * bt_stride + (pos >> block_shift)];
+      const int64_t slot = (block << block_shift) | (pos & ((int64_t(1) << block_shift) - 1));
+      return slot * pos_stride + int64_t(kv_head) * head_dim;
+    } else {
+      return int64_t(seq) * seq_stride + pos * pos_stride + int64_t(kv_head) * head_dim;
+    }
   }
+  KILN_HD int64_t offset(int seq, int64_t pos, int kv_head) const {
+    return paged() ? offset_as<true>(seq, pos, kv_head) : offset_as<false>(seq, pos, kv_head);
+  }
+  // Element offset of a slot (paged) for a kv head: where the slot-mapped K/V write goes.
+  KILN_HD int64_t slot_offset(int64_t slot, int kv_head) const { return slot * pos_stride + int64_t(kv_head) * head_dim; }
 };
+
+// The paged view of sequence row `row` of a block table: the same pool, the table advanced by row
+// rows (a prefill entry is "sequence 0" of its own view).
+KILN_HD KvLayout kv_row_view(KvLayout kv, int64_t row) {
+  if (kv.block_table) kv.block_table += row * kv.bt_stride;
+  return kv;
+}
 
 }  // namespace kiln::cuda

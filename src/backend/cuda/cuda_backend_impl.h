@@ -1,0 +1,225 @@
+// The CUDA backend's private state, shared by its two translation units:
+//   cuda_backend.cpp: weights, construction, the single-sequence forward (KvSequence) and its graph;
+//   cuda_batch.cpp:   the paged KV pool and forward_batch (continuous batching) and its graphs.
+// Both enqueue the same layer sequence through Impl::enqueue_layers / enqueue_head; they differ
+// only in where K/V go and how attention reads them (the `attend` step).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/matmul.h"
+#include "profile/cost_model.h"
+
+namespace kiln::cuda_backend {
+
+using cuda::bf16;
+using cuda::DeviceBuffer;
+using cuda::OutMode;
+
+// Page-locked host memory (RAII, growable: grow() keeps nothing).
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (p_) cudaFreeHost(p_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void grow(size_t n) {  // ensures room for n elements
+    if (n <= n_) return;
+    if (p_) cudaFreeHost(p_);
+    p_ = nullptr;
+    n_ = 0;
+    KILN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T)));
+    n_ = n;
+  }
+  T* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+struct DeviceLayer {
+  DeviceBuffer<bf16> attn_norm;  // (hidden)
+  DeviceBuffer<bf16> w_qkv;      // (q_dim + 2 kv_dim, hidden): wq, wk, wv stacked
+  DeviceBuffer<bf16> b_qkv;      // (q_dim + 2 kv_dim) or empty
+  DeviceBuffer<bf16> wo;         // (hidden, q_dim)
+  DeviceBuffer<bf16> ffn_norm;   // (hidden)
+  DeviceBuffer<bf16> w_gu;       // (2 inter, hidden): w_gate, w_up stacked
+  DeviceBuffer<bf16> w_down;     // (hidden, inter)
+};
+
+// Activations for up to `rows` tokens, carved from one allocation (256-byte aligned slices, so
+// 16-byte vector loads stay legal). Captured graphs hold these addresses: reallocating means
+// dropping the graphs that use them.
+struct Activations {
+  DeviceBuffer<char> arena;
+  int64_t rows = 0;
+  float* x = nullptr;       // (rows, hidden) fp32 residual stream
+  bf16* xn = nullptr;       // (rows, hidden) normed input of the next projection
+  bf16* qkv = nullptr;      // (rows, q_dim + 2 kv_dim)
+  bf16* q = nullptr;        // (rows, q_dim) rotated queries
+  bf16* attn = nullptr;     // (rows, q_dim) attention output
+  bf16* gu = nullptr;       // (rows, 2 inter) [gate | up]
+  bf16* h = nullptr;        // (rows, inter)
+  float* logits = nullptr;  // (rows, vocab)
+  float* xg = nullptr;      // (rows, hidden) gathered residual rows (only when gather)
+  int32_t* ints = nullptr;  // n_ints int32 (token/position staging of the single-sequence path)
+
+  void allocate(const ModelConfig& c, int64_t n_rows, int64_t n_ints, bool gather) {
+    const size_t C = size_t(n_rows), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
+    const size_t qkv_dim = size_t(c.q_dim() + 2 * c.kv_dim()), q_dim = size_t(c.q_dim());
+    size_t offset = 0;
+    auto carve = [&](size_t bytes) {
+      size_t at = offset;
+      offset += (bytes + 255) / 256 * 256;
+      return at;
+    };
+    size_t o_x = carve(C * H * 4), o_xn = carve(C * H * 2), o_qkv = carve(C * qkv_dim * 2), o_q = carve(C * q_dim * 2),
+           o_attn = carve(C * q_dim * 2), o_gu = carve(C * 2 * I * 2), o_h = carve(C * I * 2),
+           o_logits = carve(C * size_t(c.vocab_size) * 4), o_ints = carve(size_t(n_ints) * 4),
+           o_xg = carve(gather ? C * H * 4 : 0);
+    arena = DeviceBuffer<char>();  // free first: the old arena may be large
+    arena = DeviceBuffer<char>(offset);
+    rows = n_rows;
+    char* base = arena.data();
+    x = reinterpret_cast<float*>(base + o_x);
+    xn = reinterpret_cast<bf16*>(base + o_xn);
+    qkv = reinterpret_cast<bf16*>(base + o_qkv);
+    q = reinterpret_cast<bf16*>(base + o_q);
+    attn = reinterpret_cast<bf16*>(base + o_attn);
+    gu = reinterpret_cast<bf16*>(base + o_gu);
+    h = reinterpret_cast<bf16*>(base + o_h);
+    logits = reinterpret_cast<float*>(base + o_logits);
+    ints = reinterpret_cast<int32_t*>(base + o_ints);
+    xg = gather ? reinterpret_cast<float*>(base + o_xg) : nullptr;
+  }
+};
+
+}  // namespace kiln::cuda_backend
+
+namespace kiln {
+
+struct CudaBackend::Impl {
+  using bf16 = cuda::bf16;
+  using OutMode = cuda::OutMode;
+  template <typename T>
+  using DeviceBuffer = cuda::DeviceBuffer<T>;
+
+  ModelConfig c;
+  CudaBackendOptions opt;
+  cuda::Stream stream;
+  DeviceBuffer<bf16> embed, final_norm, lm_head;  // lm_head empty when tied
+  std::vector<cuda_backend::DeviceLayer> layers;
+  DeviceBuffer<float> inv_freq;  // (rot_dim / 2), llama3 scaling applied on the host
+
+  // The single-sequence path's activations for max_chunk tokens (never reallocated: captured
+  // graphs hold these addresses); `act.ints` = tokens (C) | positions (C) | kv_len (1).
+  cuda_backend::Activations act;
+  cuda_backend::PinnedBuffer<int32_t> host_ints;  // staging of act.ints
+  cuda_backend::PinnedBuffer<float> host_logits;  // (vocab): the decode graph's output
+
+  bool profiling = false;
+  struct Pending {
+    std::string name;
+    double bytes, flops;
+    cudaEvent_t a, b;
+  };
+  std::vector<Pending> pending;
+  std::vector<cudaEvent_t> event_pool;
+  size_t events_used = 0;
+  std::map<std::string, KernelStat> stats;
+
+  Impl(ModelConfig config, CudaBackendOptions o) : c(std::move(config)), opt(o) {}
+  ~Impl() {
+    for (cudaEvent_t e : event_pool) cudaEventDestroy(e);
+  }
+
+  int64_t qkv_dim() const { return c.q_dim() + 2 * c.kv_dim(); }
+  const bf16* output_weight() const { return lm_head.size() ? lm_head.data() : embed.data(); }
+  cudaStream_t s() const { return stream.get(); }
+
+  void init_common();  // cuda_backend.cpp
+
+  // ---- launches, timed when profiling ----
+  template <class F>
+  void op(const std::string& name, profile::Cost cost, F&& launch) {
+    const double bytes = cost.bytes, flops = cost.flops;
+    if (!profiling) return launch();
+    while (event_pool.size() < events_used + 2) {
+      cudaEvent_t e;
+      KILN_CUDA_CHECK(cudaEventCreate(&e));
+      event_pool.push_back(e);
+    }
+    cudaEvent_t a = event_pool[events_used++], b = event_pool[events_used++];
+    KILN_CUDA_CHECK(cudaEventRecord(a, s()));
+    launch();
+    KILN_CUDA_CHECK(cudaEventRecord(b, s()));
+    pending.push_back({name, bytes, flops, a, b});
+  }
+
+  void collect_timings() {  // after the stream is synchronized
+    for (const Pending& p : pending) {
+      float ms = 0;
+      KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, p.a, p.b));
+      KernelStat& st = stats[p.name];
+      st.name = p.name;
+      st.calls += 1;
+      st.total_ms += ms;
+      st.bytes += p.bytes;
+      st.flops += p.flops;
+    }
+    pending.clear();
+    events_used = 0;
+  }
+
+  void linear(const char* what, const bf16* in, const bf16* w, const bf16* bias, void* out, OutMode mode, int64_t m,
+              int64_t n, int64_t k) {
+    std::string name = std::string(what) + (m <= cuda::kGemvMaxRows ? ".gemv" : ".gemm");
+    double out_bytes = mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8;  // add_f32: read + write
+    op(name, profile::linear(m, n, k, out_bytes), [&] { cuda::matmul(in, w, bias, out, mode, m, n, k, s()); });
+  }
+
+  // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
+  // qkv projection and the o projection: it rotates q/k of a.qkv by position, writes K/V into the
+  // cache and leaves the attention output in a.attn.
+  template <class Attend>
+  void enqueue_layers(const cuda_backend::Activations& a, const int32_t* tokens, int64_t n, Attend&& attend) {
+    const int64_t H = c.hidden_size, I = c.intermediate_size;
+    op("embed", profile::embed(n, H), [&] { cuda::embed_gather(embed.data(), tokens, a.x, n, H, s()); });
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const cuda_backend::DeviceLayer& L = layers[size_t(l)];
+      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.attn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
+      linear("qkv", a.xn, L.w_qkv.data(), L.b_qkv.size() ? L.b_qkv.data() : nullptr, a.qkv, OutMode::store_bf16, n,
+             qkv_dim(), H);
+      attend(l);
+      linear("o", a.attn, L.wo.data(), nullptr, a.x, OutMode::add_f32, n, H, c.q_dim());
+      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
+      linear("gate_up", a.xn, L.w_gu.data(), nullptr, a.gu, OutMode::store_bf16, n, 2 * I, H);
+      op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
+      linear("down", a.h, L.w_down.data(), nullptr, a.x, OutMode::add_f32, n, H, I);
+    }
+  }
+
+  // Final norm and lm_head of n_out residual rows starting at x_rows: a.logits (n_out, vocab).
+  void enqueue_head(const cuda_backend::Activations& a, float* x_rows, int64_t n_out) {
+    const int64_t H = c.hidden_size;
+    op("rmsnorm", profile::rmsnorm(n_out, H),
+       [&] { cuda::rmsnorm(x_rows, nullptr, final_norm.data(), a.xn, n_out, H, c.rms_eps, s()); });
+    linear("lm_head", a.xn, output_weight(), nullptr, a.logits, OutMode::store_f32, n_out, c.vocab_size, H);
+  }
+};
+
+}  // namespace kiln

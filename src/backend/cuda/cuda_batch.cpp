@@ -1,0 +1,399 @@
+// CudaBackend's continuous-batching step: the paged KV pool and forward_batch.
+//
+// Pool (CudaKvPool): one bf16 allocation, per layer K then V, each (num_blocks + 1, block_size,
+// n_kv_heads, head_dim); block id num_blocks is scratch (padding entries of a graph batch write
+// and read only there). Kernels address it through cuda::KvLayout's paged form (kv_layout.h).
+//
+// A step (one host->device copy of packed int32 metadata, MetaLayout):
+//   tokens (M) | positions (M) | slots (M) | kv_len (n_dec) | logit rows (R) | block tables (E, S)
+// with the entries reordered: decode entries (one token) first, then prefill chunks, so the
+// decode queries are rows 0 .. n_dec - 1 and their block-table rows 0 .. n_dec - 1 (one
+// attention_decode launch), and prefill entry j owns rows row0 .. row0 + n - 1 and table row
+// n_dec + j (one attention_prefill launch each, q_start = first_position). Logits: the residual
+// rows of the wanted entries' last tokens are gathered (entry order), normed, and projected.
+//
+// Decode-only steps of at most kMaxGraphBatch entries always run padded, to B = the next power of
+// two (batch bucket) and S = a power-of-two block-table width (at least 256 positions), whether
+// or not graphs are on, so graph replay and eager runs compute the same shapes and give
+// bit-identical logits. Padding rows: token 0 at position 0, slot 0 of the scratch block,
+// kv_len 1, every table entry the scratch block; their logits are computed and dropped. With graphs on
+// (and not profiling) the first step of a (B, S) shape runs eagerly (it also initializes every
+// kernel's launch configuration outside capture), the second captures the graph, later ones
+// replay it. All buffers the graphs read are owned by the pool and only grow; growing one drops
+// the pool's graphs first.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "core/check.h"
+
+namespace kiln {
+
+using cuda::bf16;
+using cuda::DeviceBuffer;
+using Impl = CudaBackend::Impl;
+
+namespace {
+
+constexpr int64_t kMaxGraphBatch = 256;  // decode steps above this run eagerly, unpadded
+constexpr int64_t kMinGraphPositions = 256;  // the narrowest block-table width bucket, in positions
+
+int64_t pow2_at_least(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b <<= 1;
+  return b;
+}
+
+// Offsets (in int32s) of the packed step metadata; segments start 16-byte aligned.
+struct MetaLayout {
+  int64_t tokens = 0, positions = 0, slots = 0, kv_len = 0, rows = 0, table = 0, total = 0;
+  MetaLayout(int64_t M, int64_t n_dec, int64_t R, int64_t E, int64_t S) {
+    auto up = [](int64_t v) { return (v + 3) / 4 * 4; };
+    positions = tokens + up(M);
+    slots = positions + up(M);
+    kv_len = slots + up(M);
+    rows = kv_len + up(n_dec);
+    table = rows + up(R);
+    total = table + E * S;
+  }
+};
+
+class CudaKvPool final : public KvPool {
+ public:
+  CudaKvPool(const void* owner_, const ModelConfig& c, int32_t num_blocks, int32_t block_size)
+      : KvPool(num_blocks, block_size),
+        owner(owner_),
+        head_dim(int(c.head_dim)),
+        kv_dim(c.kv_dim()),
+        layer_elems((int64_t(num_blocks) + 1) * block_size * c.kv_dim()),
+        kv(size_t(2 * c.n_layers * layer_elems)) {
+    while ((1 << block_shift) < block_size) ++block_shift;
+    kv.zero();
+  }
+  ~CudaKvPool() override { drop_graphs(); }
+
+  // Layer l's K/V pool, read through `table` (rows of `stride` block ids).
+  cuda::KvLayout layer(int64_t l, const int32_t* table, int64_t stride) const {
+    bf16* k = kv.data() + 2 * l * layer_elems;
+    cuda::KvLayout out{k, k + layer_elems, 0, kv_dim, head_dim};
+    out.block_table = table;
+    out.bt_stride = stride;
+    out.block_shift = block_shift;
+    return out;
+  }
+  int32_t scratch_block() const { return num_blocks_; }
+  int32_t slot(std::span<const int32_t> table, int64_t pos) const {
+    return int32_t(int64_t(table[size_t(pos >> block_shift)]) * block_size_ + (pos & (block_size_ - 1)));
+  }
+
+  // ---- per-step buffers: grow only; growing drops the graphs that hold the old addresses ----
+  void ensure_rows(const ModelConfig& c, int64_t rows) {
+    if (act.rows >= rows) return;
+    drop_graphs();
+    act.allocate(c, std::max<int64_t>(16, pow2_at_least(rows)), 0, true);
+  }
+  void ensure_meta(int64_t n) {
+    host_meta.grow(size_t(n));
+    if (int64_t(meta.size()) >= n) return;
+    drop_graphs();
+    meta = DeviceBuffer<int32_t>();
+    meta = DeviceBuffer<int32_t>(size_t(std::max<int64_t>(1024, pow2_at_least(n))));
+  }
+  void ensure_workspace(int64_t floats) {
+    if (int64_t(workspace.size()) >= floats) return;
+    drop_graphs();
+    workspace = DeviceBuffer<float>();
+    workspace = DeviceBuffer<float>(size_t(pow2_at_least(floats)));
+  }
+  void drop_graphs() {
+    for (auto& [key, g] : graphs)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+    graphs.clear();
+  }
+  int64_t graph_count() const {
+    int64_t n = 0;
+    for (auto& [key, g] : graphs) n += g.exec != nullptr;
+    return n;
+  }
+
+  const void* owner;  // the CudaBackend::Impl this pool belongs to
+  int head_dim;
+  int64_t kv_dim, layer_elems;
+  int block_shift = 0;
+  DeviceBuffer<bf16> kv;  // (n_layers, 2 (K, V), num_blocks + 1, block_size, n_kv_heads, head_dim)
+
+  cuda_backend::Activations act;              // (rows) activations of a step, with the gather rows
+  DeviceBuffer<int32_t> meta;                 // packed step metadata (MetaLayout)
+  cuda_backend::PinnedBuffer<int32_t> host_meta;
+  DeviceBuffer<float> workspace;              // flash-decoding partials
+  cuda_backend::PinnedBuffer<float> host_logits;
+  struct Graph {
+    bool warmed = false;  // ran eagerly once with this shape
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::map<std::pair<int64_t, int64_t>, Graph> graphs;  // (batch bucket, table width) -> graph
+};
+
+// ---- host-side plan of a step -----------------------------------------------------------------
+
+struct StepPlan {
+  std::vector<size_t> order;   // entry indices: decode entries first, then prefill chunks
+  std::vector<int64_t> row0;   // first activation row of order[k]
+  std::vector<int32_t> logit_rows;  // rows of the wanted entries' last tokens, in entry order
+  int64_t n_dec = 0, M = 0, S = 1, max_dec_len = 0;
+};
+
+StepPlan plan_step(std::span<const BatchEntry> entries, int64_t bs) {
+  StepPlan p;
+  for (size_t e = 0; e < entries.size(); ++e)
+    if (entries[e].tokens.size() == 1) p.order.push_back(e);
+  p.n_dec = int64_t(p.order.size());
+  for (size_t e = 0; e < entries.size(); ++e)
+    if (entries[e].tokens.size() != 1) p.order.push_back(e);
+  std::vector<int64_t> row_of_entry(entries.size());
+  for (size_t k = 0; k < p.order.size(); ++k) {
+    const BatchEntry& b = entries[p.order[k]];
+    const int64_t n = int64_t(b.tokens.size()), end = b.first_position + n;
+    p.row0.push_back(p.M);
+    row_of_entry[p.order[k]] = p.M;
+    p.M += n;
+    p.S = std::max(p.S, (end + bs - 1) / bs);
+    if (n == 1) p.max_dec_len = std::max(p.max_dec_len, end);
+  }
+  for (size_t e = 0; e < entries.size(); ++e)
+    if (entries[e].want_logits)
+      p.logit_rows.push_back(int32_t(row_of_entry[e] + int64_t(entries[e].tokens.size()) - 1));
+  return p;
+}
+
+// Writes one table row: the blocks covering positions 0 .. end - 1, then the scratch block.
+void write_table_row(const CudaKvPool& pool, const BatchEntry& b, int64_t end, int32_t* row, int64_t S) {
+  const int64_t used = (end + pool.block_size() - 1) / pool.block_size();
+  for (int64_t i = 0; i < S; ++i) row[i] = i < used ? b.block_table[size_t(i)] : pool.scratch_block();
+}
+
+// ---- decode-only steps: padded to (B, S), graph-captured ----------------------------------------
+
+void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profile::Cost& attn_cost) {
+  const ModelConfig& c = m.c;
+  const cuda_backend::Activations& a = pool.act;
+  const MetaLayout ml(B, B, 0, B, S);
+  const int32_t* meta = pool.meta.data();
+  const int64_t max_kv_len = S * pool.block_size();
+  const cuda::DecodeWorkspace ws =
+      cuda::decode_workspace(pool.workspace.data(), B, int(c.n_heads), int(c.head_dim), max_kv_len);
+  m.enqueue_layers(a, meta + ml.tokens, B, [&](int64_t l) {
+    const cuda::KvLayout kv = pool.layer(l, meta + ml.table, S);
+    m.op("rope_qkv", profile::rope_qkv(B, c), [&] {
+      cuda::rope_qkv_slots(a.qkv, meta + ml.positions, meta + ml.slots, B, m.inv_freq.data(), c.rope.rot_dim,
+                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
+                           int(c.head_dim), a.q, kv, m.s());
+    });
+    m.op("attention.decode", attn_cost, [&] {
+      cuda::attention_decode(a.q, kv, meta + ml.kv_len, max_kv_len, a.attn, ws, B, int(c.n_heads),
+                             int(c.n_kv_heads), int(c.head_dim), m.s());
+    });
+  });
+  m.enqueue_head(a, a.x, B);
+}
+
+void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, int64_t S_needed,
+                 std::vector<float>& logits) {
+  const ModelConfig& c = m.c;
+  const int64_t E = int64_t(entries.size()), B = pow2_at_least(E), bs = pool.block_size(), vocab = c.vocab_size;
+  const int64_t S = pow2_at_least(std::max(S_needed, (kMinGraphPositions + bs - 1) / bs));
+  const MetaLayout ml(B, B, 0, B, S);
+  pool.ensure_rows(c, B);
+  pool.ensure_workspace(cuda::decode_workspace_floats(B, int(c.n_heads), int(c.head_dim), S * bs));
+  pool.ensure_meta(ml.total);
+  pool.host_logits.grow(size_t(E * vocab));
+
+  int32_t* h = pool.host_meta.data();
+  profile::Cost attn_cost;
+  const int32_t scratch_slot = pool.scratch_block() * int32_t(bs);
+  for (int64_t i = 0; i < B; ++i) {
+    int32_t* row = h + ml.table + i * S;
+    if (i < E) {
+      const BatchEntry& b = entries[size_t(i)];
+      const int64_t pos = b.first_position;
+      h[ml.tokens + i] = b.tokens[0];
+      h[ml.positions + i] = int32_t(pos);
+      h[ml.slots + i] = pool.slot(b.block_table, pos);
+      h[ml.kv_len + i] = int32_t(pos + 1);
+      write_table_row(pool, b, pos + 1, row, S);
+      attn_cost += profile::attention(1, pos, c);
+    } else {
+      h[ml.tokens + i] = 0;
+      h[ml.positions + i] = 0;
+      h[ml.slots + i] = scratch_slot;
+      h[ml.kv_len + i] = 1;
+      std::fill(row, row + S, pool.scratch_block());
+    }
+  }
+  KILN_CUDA_CHECK(cudaMemcpyAsync(pool.meta.data(), h, size_t(ml.total) * 4, cudaMemcpyHostToDevice, m.s()));
+
+  const bool use_graph = m.opt.use_graphs && !m.profiling;
+  CudaKvPool::Graph* g = use_graph ? &pool.graphs[{B, S}] : nullptr;
+  if (!g || !g->warmed) {
+    enqueue_decode(m, pool, B, S, attn_cost);
+    if (g) g->warmed = true;
+  } else {
+    if (!g->exec) {
+      cudaGraph_t graph = nullptr;
+      KILN_CUDA_CHECK(cudaStreamBeginCapture(m.s(), cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue_decode(m, pool, B, S, attn_cost);
+      } catch (...) {
+        cudaStreamEndCapture(m.s(), &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      KILN_CUDA_CHECK(cudaStreamEndCapture(m.s(), &graph));
+      cudaError_t err = cudaGraphInstantiate(&g->exec, graph, 0);
+      cudaGraphDestroy(graph);
+      if (err != cudaSuccess) g->exec = nullptr;
+      KILN_CUDA_CHECK(err);
+    }
+    KILN_CUDA_CHECK(cudaGraphLaunch(g->exec, m.s()));
+  }
+  KILN_CUDA_CHECK(cudaMemcpyAsync(pool.host_logits.data(), pool.act.logits, size_t(E * vocab) * 4,
+                                  cudaMemcpyDeviceToHost, m.s()));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+  if (m.profiling) m.collect_timings();
+  logits.clear();
+  for (int64_t i = 0; i < E; ++i)
+    if (entries[size_t(i)].want_logits)
+      logits.insert(logits.end(), pool.host_logits.data() + i * vocab, pool.host_logits.data() + (i + 1) * vocab);
+}
+
+// ---- any other step: eager, unpadded -----------------------------------------------------------
+
+void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const StepPlan& p,
+                std::vector<float>& logits) {
+  const ModelConfig& c = m.c;
+  const int64_t E = int64_t(entries.size()), R = int64_t(p.logit_rows.size()), vocab = c.vocab_size;
+  const int64_t q_dim = c.q_dim(), H = c.hidden_size;
+  const MetaLayout ml(p.M, p.n_dec, R, E, p.S);
+  pool.ensure_rows(c, p.M);
+  if (p.n_dec > 0)
+    pool.ensure_workspace(cuda::decode_workspace_floats(p.n_dec, int(c.n_heads), int(c.head_dim), p.max_dec_len));
+  pool.ensure_meta(ml.total);
+
+  int32_t* h = pool.host_meta.data();
+  profile::Cost dec_cost;
+  for (size_t k = 0; k < p.order.size(); ++k) {
+    const BatchEntry& b = entries[p.order[k]];
+    const int64_t n = int64_t(b.tokens.size()), r0 = p.row0[k];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = b.first_position + i;
+      h[ml.tokens + r0 + i] = b.tokens[size_t(i)];
+      h[ml.positions + r0 + i] = int32_t(pos);
+      h[ml.slots + r0 + i] = pool.slot(b.block_table, pos);
+    }
+    if (int64_t(k) < p.n_dec) {
+      h[ml.kv_len + int64_t(k)] = int32_t(b.first_position + 1);
+      dec_cost += profile::attention(1, b.first_position, c);
+    }
+    write_table_row(pool, b, b.first_position + n, h + ml.table + int64_t(k) * p.S, p.S);
+  }
+  std::copy(p.logit_rows.begin(), p.logit_rows.end(), h + ml.rows);
+  KILN_CUDA_CHECK(cudaMemcpyAsync(pool.meta.data(), h, size_t(ml.total) * 4, cudaMemcpyHostToDevice, m.s()));
+
+  const cuda_backend::Activations& a = pool.act;
+  const int32_t* meta = pool.meta.data();
+  m.enqueue_layers(a, meta + ml.tokens, p.M, [&](int64_t l) {
+    const cuda::KvLayout kv = pool.layer(l, meta + ml.table, p.S);
+    m.op("rope_qkv", profile::rope_qkv(p.M, c), [&] {
+      cuda::rope_qkv_slots(a.qkv, meta + ml.positions, meta + ml.slots, p.M, m.inv_freq.data(), c.rope.rot_dim,
+                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
+                           int(c.head_dim), a.q, kv, m.s());
+    });
+    if (p.n_dec > 0) {
+      m.op("attention.decode", dec_cost, [&] {
+        cuda::attention_decode(a.q, kv, meta + ml.kv_len, p.max_dec_len, a.attn,
+                               cuda::decode_workspace(pool.workspace.data(), p.n_dec, int(c.n_heads), int(c.head_dim),
+                                                      p.max_dec_len),
+                               p.n_dec, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+      });
+    }
+    for (size_t k = size_t(p.n_dec); k < p.order.size(); ++k) {
+      const BatchEntry& b = entries[p.order[k]];
+      const int64_t n = int64_t(b.tokens.size()), r0 = p.row0[k];
+      m.op("attention.prefill", profile::attention(n, b.first_position, c), [&] {
+        cuda::attention_prefill(a.q + r0 * q_dim, cuda::kv_row_view(kv, int64_t(k)), a.attn + r0 * q_dim, n,
+                                b.first_position, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+      });
+    }
+  });
+  logits.clear();
+  if (R > 0) {
+    m.op("gather_rows", profile::Cost{}, [&] { cuda::gather_rows(a.x, meta + ml.rows, a.xg, R, H, m.s()); });
+    m.enqueue_head(a, a.xg, R);
+    logits.resize(size_t(R * vocab));
+    KILN_CUDA_CHECK(
+        cudaMemcpyAsync(logits.data(), a.logits, size_t(R * vocab) * 4, cudaMemcpyDeviceToHost, m.s()));
+  }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+  if (m.profiling) m.collect_timings();
+}
+
+}  // namespace
+
+// ---- CudaBackend's batching entry points ------------------------------------------------------
+
+std::unique_ptr<KvPool> CudaBackend::new_kv_pool(int32_t num_blocks, int32_t block_size) {
+  KILN_CHECK(num_blocks > 0, invalid_argument, "a KV pool needs at least one block, got {}", num_blocks);
+  KILN_CHECK(block_size > 0 && block_size <= 1024 && (block_size & (block_size - 1)) == 0, invalid_argument,
+             "the CUDA KV pool needs a power-of-two block size up to 1024, got {}", block_size);
+  KILN_CHECK((int64_t(num_blocks) + 1) * block_size < (int64_t(1) << 31), invalid_argument,
+             "a KV pool of {} blocks of {} tokens has too many slots", num_blocks, block_size);
+  return std::make_unique<CudaKvPool>(impl_.get(), impl_->c, num_blocks, block_size);
+}
+
+void CudaBackend::forward_batch_impl(KvPool& pool_base, std::span<const BatchEntry> entries,
+                                     std::vector<float>& logits) {
+  auto* pool = dynamic_cast<CudaKvPool*>(&pool_base);
+  KILN_CHECK(pool != nullptr && pool->owner == impl_.get(), invalid_argument,
+             "forward_batch: the KV pool was not made by this CUDA backend");
+  Impl& m = *impl_;
+  const int64_t bs = pool->block_size();
+  bool all_decode = true;
+  for (const BatchEntry& b : entries) {
+    all_decode &= b.tokens.size() == 1;
+    KILN_CHECK(b.first_position + int64_t(b.tokens.size()) < (int64_t(1) << 31), invalid_argument,
+               "forward_batch: position {} is too large", b.first_position + int64_t(b.tokens.size()) - 1);
+  }
+  const StepPlan p = plan_step(entries, bs);
+  KILN_CHECK(p.M < (int64_t(1) << 31), invalid_argument, "forward_batch: {} tokens in one step are too many", p.M);
+  if (all_decode && int64_t(entries.size()) <= kMaxGraphBatch)
+    decode_step(m, *pool, entries, p.S, logits);
+  else
+    mixed_step(m, *pool, entries, p, logits);
+}
+
+int64_t CudaBackend::batch_graph_count(const KvPool& pool) const {
+  auto* p = dynamic_cast<const CudaKvPool*>(&pool);
+  return p ? p->graph_count() : 0;
+}
+
+int64_t CudaBackend::default_kv_cache_bytes(double gpu_memory_fraction) const {
+  KILN_CHECK(gpu_memory_fraction > 0 && gpu_memory_fraction <= 1, invalid_argument,
+             "gpu memory fraction must be in (0, 1], got {}", gpu_memory_fraction);
+  return int64_t(gpu_memory_fraction * double(free_device_memory()));
+}
+
+int64_t CudaBackend::free_device_memory() {
+  size_t free_b = 0, total_b = 0;
+  KILN_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return int64_t(free_b);
+}
+
+int64_t CudaBackend::total_device_memory() {
+  size_t free_b = 0, total_b = 0;
+  KILN_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return int64_t(total_b);
+}
+
+}  // namespace kiln
