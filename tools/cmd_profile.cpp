@@ -49,6 +49,7 @@ struct DecodeBatch {
   std::vector<std::vector<int32_t>> tables;
   std::vector<int64_t> positions;
   std::vector<float> logits;
+  std::vector<int32_t> argmax;
 };
 
 std::shared_ptr<DecodeBatch> make_decode(Backend& backend, int batch, int context, int max_steps) {
@@ -118,9 +119,11 @@ void run_profile(const ProfileOptions& o) {
     work.step = [&] {
       std::vector<BatchEntry> entries;
       static const int32_t token = 1;
+      // As the engine runs greedy requests: the argmax on the device, no logits copied back.
       for (int b = 0; b < o.batch; ++b)
-        entries.push_back({std::span<const int32_t>(&token, 1), decode->positions[size_t(b)], decode->tables[size_t(b)], true});
-      backend.forward_batch(*decode->pool, entries, decode->logits);
+        entries.push_back({std::span<const int32_t>(&token, 1), decode->positions[size_t(b)], decode->tables[size_t(b)],
+                           true, true});
+      backend.forward_batch(*decode->pool, entries, decode->logits, &decode->argmax);
       for (auto& p : decode->positions) ++p;
     };
   }

@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -27,7 +28,19 @@ std::unique_ptr<KvPool> Backend::new_kv_pool(int32_t, int32_t) {
   KILN_FAIL(unsupported, "the {} backend does not run batched steps over a paged KV cache yet", name());
 }
 
-void Backend::forward_batch_impl(KvPool&, std::span<const BatchEntry>, std::vector<float>&) {
+void Backend::host_argmax(const std::vector<float>& logits, std::vector<int32_t>& argmax) const {
+  const size_t vocab = size_t(config().vocab_size), rows = logits.size() / vocab;
+  argmax.assign(rows, 0);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * vocab;
+    int32_t best = -1;
+    for (size_t i = 0; i < vocab; ++i)
+      if (!std::isnan(row[i]) && (best < 0 || row[i] > row[size_t(best)])) best = int32_t(i);
+    argmax[r] = std::max(best, 0);
+  }
+}
+
+void Backend::forward_batch_impl(KvPool&, std::span<const BatchEntry>, std::vector<float>&, std::vector<int32_t>*) {
   KILN_FAIL(unsupported, "the {} backend does not run batched steps over a paged KV cache yet", name());
 }
 
@@ -42,7 +55,8 @@ int32_t Backend::kv_blocks_for_budget(int64_t budget_bytes, int32_t block_size) 
   return int32_t(std::min<int64_t>(std::max<int64_t>(budget_bytes, 0) / per_block, INT32_MAX));
 }
 
-void Backend::forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits) {
+void Backend::forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
+                            std::vector<int32_t>* argmax) {
   const int64_t vocab = config().vocab_size, bs = pool.block_size();
   KILN_CHECK(!entries.empty(), invalid_argument, "forward_batch needs at least one entry");
   std::vector<int64_t> slots;  // every KV slot this step writes
@@ -67,7 +81,7 @@ void Backend::forward_batch(KvPool& pool, std::span<const BatchEntry> entries, s
   const auto twice = std::adjacent_find(slots.begin(), slots.end());
   KILN_CHECK(twice == slots.end(), invalid_argument, "two batch entries write KV slot {} in one step",
              twice == slots.end() ? 0 : *twice);
-  forward_batch_impl(pool, entries, logits);
+  forward_batch_impl(pool, entries, logits, argmax);
 }
 
 }  // namespace kiln

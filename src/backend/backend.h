@@ -53,6 +53,10 @@ struct BatchEntry {
   int64_t first_position = 0;            // tokens of this sequence already in the pool
   std::span<const int32_t> block_table;  // covers positions 0 .. first_position + tokens.size() - 1
   bool want_logits = false;              // logits of this entry's last token
+  // With want_logits, when the caller asks forward_batch for argmax ids: only the argmax of this
+  // row is needed (greedy sampling without logprobs), so a GPU backend computes it on the device
+  // and skips copying the row's logits to the host (128k floats a row for Llama 3).
+  bool greedy = false;
 };
 
 class Backend {
@@ -83,10 +87,16 @@ class Backend {
   // the pool, no two entries writing one slot) before forward_batch_impl. Entries are independent
   // sequences: the result for each is what forward() on that sequence alone would give (up to the
   // floating-point order of a batched matmul; see docs on batch invariance).
-  void forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits);
+  // With `argmax` non-null it gets one id per logits row (the largest logit, the lowest id on
+  // ties, NaN never), and rows of greedy entries may be left unfilled in `logits`.
+  void forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
+                     std::vector<int32_t>* argmax = nullptr);
 
  protected:
-  virtual void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits);
+  virtual void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
+                                  std::vector<int32_t>* argmax);
+  // Fills argmax from the logits on the host: for backends without a device argmax.
+  void host_argmax(const std::vector<float>& logits, std::vector<int32_t>& argmax) const;
   virtual void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                             std::vector<float>& logits) = 0;
 };

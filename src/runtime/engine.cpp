@@ -30,9 +30,16 @@ struct Live {
   Sampler sampler;
   std::vector<int32_t> history;  // prompt + generated, for the penalties
   int32_t generated = 0;
+  // Greedy without penalties or logprobs: the argmax of the raw logits is the whole answer, so
+  // the backend may find it on the device and skip sending the row back.
+  bool argmax_only = false;
 
   Live(GenerationRequest r, EventCallback cb)
-      : request(std::move(r)), on_event(std::move(cb)), sampler(request.sampling), history(request.prompt) {}
+      : request(std::move(r)), on_event(std::move(cb)), sampler(request.sampling), history(request.prompt) {
+    const SamplingParams& p = request.sampling;
+    argmax_only = p.temperature <= 0 && request.logprobs < 0 && p.repetition_penalty == 1.0f &&
+                  p.presence_penalty == 0 && p.frequency_penalty == 0;
+  }
 };
 
 // log-softmax of the raw logits at `token`, and the top k (k <= 20) when asked.
@@ -78,6 +85,8 @@ struct Engine::Impl {
 
   // Owned by the loop thread.
   std::unordered_map<int64_t, std::unique_ptr<Live>> live;
+  std::vector<float> logits;  // reused every step: a batch of 256 rows of 128k floats is 128 MB
+  std::vector<int32_t> argmax;
   std::thread loop;
 
   Impl(Backend& b, EngineOptions o) : backend(b), options(std::move(o)) {}
@@ -150,21 +159,22 @@ struct Engine::Impl {
       std::vector<BatchEntry> entries;
       entries.reserve(plan.chunks.size());
       for (const ScheduledChunk& c : plan.chunks)
-        entries.push_back({c.tokens, c.first_position, c.block_table, c.needs_logits});
-      std::vector<float> logits;
-      backend.forward_batch(*pool, entries, logits);
+        entries.push_back({c.tokens, c.first_position, c.block_table, c.needs_logits,
+                           c.needs_logits && live.at(c.id)->argmax_only});
+      backend.forward_batch(*pool, entries, logits, &argmax);
       const size_t vocab = size_t(backend.config().vocab_size);
       size_t row = 0;
       for (const ScheduledChunk& c : plan.chunks) {
         if (!c.needs_logits) continue;
         std::span<float> l(logits.data() + row * vocab, vocab);
+        const int32_t device_argmax = argmax[row];
         ++row;
         Live& r = *live.at(c.id);
         // Logprobs describe the model's distribution: taken from the row before the sampler
         // applies penalties and temperature to it.
         std::vector<float> raw;
         if (r.request.logprobs >= 0) raw.assign(l.begin(), l.end());
-        const int32_t token = r.sampler.sample(l, r.history);
+        const int32_t token = r.argmax_only ? device_argmax : r.sampler.sample(l, r.history);
         GenerationEvent ev;
         if (r.request.logprobs >= 0) fill_logprobs(raw, token, r.request.logprobs, ev);
         ev.token = token;

@@ -293,6 +293,43 @@ TEST_P(GpuBatch, GraphReplayEqualsEager) {
   EXPECT_EQ(b->batch_graph_count(*pb), 0);
 }
 
+// Greedy rows: the argmax comes from the device and their logits are not copied back. The ids
+// must equal the argmax of the full logits (same step on a second pool), for the mixed (eager)
+// path and the decode (graph) path, and the non-greedy rows must be unchanged.
+TEST_P(GpuBatch, DeviceArgmaxMatchesFullLogits) {
+  KILN_REQUIRE_GPU();
+  const ModelConfig c = config();
+  const int64_t V = c.vocab_size;
+  auto g = CudaBackend::random(c, 6, 0.05f);
+  const size_t N = 40;
+  auto pa = g->new_kv_pool(1200, 16), pb = g->new_kv_pool(1200, 16);
+  Blocks blocks(1200, 16, N, 4);
+  std::vector<Step> steps;
+  for (size_t s = 0; s < N; ++s) steps.push_back({s, prompt(int64_t(2 + 5 * s), V, int64_t(s)), 0, true});
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(testing::Message() << "round " << round << " (" << steps.size() << " entries)");
+    std::vector<BatchEntry> e = entries_of(steps, blocks);
+    std::vector<float> la, lb;
+    g->forward_batch(*pa, e, la);
+    for (size_t i = 0; i < e.size(); ++i) e[i].greedy = i % 2 == 0;
+    std::vector<int32_t> ids;
+    g->forward_batch(*pb, e, lb, &ids);
+    ASSERT_EQ(ids.size(), e.size());
+    ASSERT_EQ(lb.size(), la.size());
+    for (size_t i = 0; i < e.size(); ++i) {
+      EXPECT_EQ(ids[i], argmax(row(la, i, V))) << "row " << i;
+      if (!e[i].greedy) {
+        EXPECT_TRUE(std::equal(row(la, i, V).begin(), row(la, i, V).end(), row(lb, i, V).begin()));
+      }
+    }
+    // Next: decode steps of a shrinking subset (graph path for sizes up to 256).
+    std::vector<Step> dec;
+    for (size_t i = 0; i < steps.size(); i += size_t(1 + round % 2))
+      dec.push_back({steps[i].s, {ids[i]}, steps[i].first + int64_t(steps[i].tokens.size()), true});
+    steps = dec;
+  }
+}
+
 TEST_P(GpuBatch, ProfilingCoversBatchSteps) {
   KILN_REQUIRE_GPU();
   const ModelConfig c = config();

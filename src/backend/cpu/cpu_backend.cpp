@@ -67,8 +67,10 @@ void CpuBackend::forward_impl(KvSequence& seq_base, std::span<const int32_t> tok
   seq.advance(int64_t(tokens.size()));
 }
 
-void CpuBackend::forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits) {
+void CpuBackend::forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
+                                    std::vector<int32_t>* argmax) {
   run(dynamic_cast<CpuKvPool&>(pool), entries, false, logits);
+  if (argmax) host_argmax(logits, *argmax);
 }
 
 void CpuBackend::run(CpuKvPool& kv, std::span<const BatchEntry> entries, bool all_positions,

@@ -28,7 +28,8 @@ class CpuBackend final : public Backend {
  private:
   void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                     std::vector<float>& logits) override;
-  void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits) override;
+  void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
+                          std::vector<int32_t>* argmax) override;
   // The layers over every entry's tokens; logits for the last token of each entry with
   // want_logits, or for every token when all_positions (single-sequence forward with all_logits).
   void run(CpuKvPool& pool, std::span<const BatchEntry> entries, bool all_positions, std::vector<float>& logits);

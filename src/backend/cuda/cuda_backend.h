@@ -80,7 +80,8 @@ class CudaBackend final : public Backend {
  private:
   void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                     std::vector<float>& logits) override;
-  void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits) override;
+  void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
+                          std::vector<int32_t>* argmax) override;
   CudaBackend(ModelConfig config, CudaBackendOptions options, int);
   std::unique_ptr<Impl> impl_;
 };

@@ -24,10 +24,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/check.h"
+#include "kernels/cuda/sampling.h"
 
 namespace kiln {
 
@@ -129,12 +131,62 @@ class CudaKvPool final : public KvPool {
   cuda_backend::PinnedBuffer<int32_t> host_meta;
   DeviceBuffer<float> workspace;              // flash-decoding partials
   cuda_backend::PinnedBuffer<float> host_logits;
+  DeviceBuffer<int32_t> argmax_ids;                // (rows) greedy ids computed on the device
+  cuda_backend::PinnedBuffer<int32_t> host_argmax;
+  void ensure_argmax(int64_t rows) {
+    if (int64_t(argmax_ids.size()) >= rows) return;
+    argmax_ids = DeviceBuffer<int32_t>();
+    argmax_ids = DeviceBuffer<int32_t>(size_t(pow2_at_least(rows)));
+    host_argmax.grow(size_t(pow2_at_least(rows)));
+  }
   struct Graph {
     bool warmed = false;  // ran eagerly once with this shape
     cudaGraphExec_t exec = nullptr;
   };
   std::map<std::pair<int64_t, int64_t>, Graph> graphs;  // (batch bucket, table width) -> graph
 };
+
+// Argmax of host rows (lowest id on ties, NaN never): the rare path that did not use the device.
+void argmax_rows_on_host(const std::vector<float>& logits, int64_t vocab, std::vector<int32_t>& out) {
+  out.clear();
+  for (size_t r = 0; r * size_t(vocab) < logits.size(); ++r) {
+    const float* row = logits.data() + r * size_t(vocab);
+    int32_t best = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = int32_t(i);
+    out.push_back(best);
+  }
+}
+
+// Copies a step's results to the host. `device_logits` holds one row per entry of `rows_entries`
+// (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
+// argmax kernel and only the rows of non-greedy entries are copied; otherwise every row is.
+void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries,
+              const float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax) {
+  const int64_t R = int64_t(row_entries.size());
+  logits.resize(size_t(R * vocab));
+  if (argmax && R > 0) {
+    pool.ensure_argmax(R);
+    m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
+         [&] { cuda::argmax(device_logits, R, vocab, pool.argmax_ids.data(), m.s()); });
+    KILN_CUDA_CHECK(cudaMemcpyAsync(pool.host_argmax.data(), pool.argmax_ids.data(), size_t(R) * 4,
+                                    cudaMemcpyDeviceToHost, m.s()));
+  }
+  // Contiguous runs of rows that must come back, one copy each.
+  for (int64_t r = 0; r < R;) {
+    if (argmax && entries[row_entries[size_t(r)]].greedy) {
+      ++r;
+      continue;
+    }
+    int64_t end = r + 1;
+    while (end < R && !(argmax && entries[row_entries[size_t(end)]].greedy)) ++end;
+    KILN_CUDA_CHECK(cudaMemcpyAsync(logits.data() + r * vocab, device_logits + r * vocab,
+                                    size_t((end - r) * vocab) * 4, cudaMemcpyDeviceToHost, m.s()));
+    r = end;
+  }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+  if (argmax) argmax->assign(pool.host_argmax.data(), pool.host_argmax.data() + R);
+}
 
 // ---- host-side plan of a step -----------------------------------------------------------------
 
@@ -200,7 +252,7 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
 }
 
 void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, int64_t S_needed,
-                 std::vector<float>& logits) {
+                 std::vector<float>& logits, std::vector<int32_t>* argmax) {
   const ModelConfig& c = m.c;
   const int64_t E = int64_t(entries.size()), B = pow2_at_least(E), bs = pool.block_size(), vocab = c.vocab_size;
   const int64_t S = pow2_at_least(std::max(S_needed, (kMinGraphPositions + bs - 1) / bs));
@@ -208,7 +260,6 @@ void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries,
   pool.ensure_rows(c, B);
   pool.ensure_workspace(cuda::decode_workspace_floats(B, int(c.n_heads), int(c.head_dim), S * bs));
   pool.ensure_meta(ml.total);
-  pool.host_logits.grow(size_t(E * vocab));
 
   int32_t* h = pool.host_meta.data();
   profile::Cost attn_cost;
@@ -258,20 +309,29 @@ void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries,
     }
     KILN_CUDA_CHECK(cudaGraphLaunch(g->exec, m.s()));
   }
-  KILN_CUDA_CHECK(cudaMemcpyAsync(pool.host_logits.data(), pool.act.logits, size_t(E * vocab) * 4,
-                                  cudaMemcpyDeviceToHost, m.s()));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
-  if (m.profiling) m.collect_timings();
-  logits.clear();
+  // The graph computed logits for every (padded) entry; entries without want_logits are skipped
+  // by copying only the wanted rows (the wanted rows of a decode step are usually all of them).
+  std::vector<size_t> row_entries;
   for (int64_t i = 0; i < E; ++i)
-    if (entries[size_t(i)].want_logits)
-      logits.insert(logits.end(), pool.host_logits.data() + i * vocab, pool.host_logits.data() + (i + 1) * vocab);
+    if (entries[size_t(i)].want_logits) row_entries.push_back(size_t(i));
+  if (int64_t(row_entries.size()) == E) {
+    copy_out(m, pool, entries, row_entries, pool.act.logits, vocab, logits, argmax);
+  } else {
+    // Rare (a decode entry that wants no logits): fetch rows one by one.
+    logits.resize(row_entries.size() * size_t(vocab));
+    for (size_t r = 0; r < row_entries.size(); ++r)
+      KILN_CUDA_CHECK(cudaMemcpyAsync(logits.data() + r * size_t(vocab), pool.act.logits + row_entries[r] * size_t(vocab),
+                                      size_t(vocab) * 4, cudaMemcpyDeviceToHost, m.s()));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+    if (argmax) argmax_rows_on_host(logits, vocab, *argmax);
+  }
+  if (m.profiling) m.collect_timings();
 }
 
 // ---- any other step: eager, unpadded -----------------------------------------------------------
 
 void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const StepPlan& p,
-                std::vector<float>& logits) {
+                std::vector<float>& logits, std::vector<int32_t>* argmax) {
   const ModelConfig& c = m.c;
   const int64_t E = int64_t(entries.size()), R = int64_t(p.logit_rows.size()), vocab = c.vocab_size;
   const int64_t q_dim = c.q_dim(), H = c.hidden_size;
@@ -327,15 +387,14 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
       });
     }
   });
-  logits.clear();
+  std::vector<size_t> row_entries;
+  for (size_t e = 0; e < entries.size(); ++e)
+    if (entries[e].want_logits) row_entries.push_back(e);
   if (R > 0) {
     m.op("gather_rows", profile::Cost{}, [&] { cuda::gather_rows(a.x, meta + ml.rows, a.xg, R, H, m.s()); });
     m.enqueue_head(a, a.xg, R);
-    logits.resize(size_t(R * vocab));
-    KILN_CUDA_CHECK(
-        cudaMemcpyAsync(logits.data(), a.logits, size_t(R * vocab) * 4, cudaMemcpyDeviceToHost, m.s()));
   }
-  KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+  copy_out(m, pool, entries, row_entries, a.logits, vocab, logits, argmax);
   if (m.profiling) m.collect_timings();
 }
 
@@ -353,7 +412,7 @@ std::unique_ptr<KvPool> CudaBackend::new_kv_pool(int32_t num_blocks, int32_t blo
 }
 
 void CudaBackend::forward_batch_impl(KvPool& pool_base, std::span<const BatchEntry> entries,
-                                     std::vector<float>& logits) {
+                                     std::vector<float>& logits, std::vector<int32_t>* argmax) {
   auto* pool = dynamic_cast<CudaKvPool*>(&pool_base);
   KILN_CHECK(pool != nullptr && pool->owner == impl_.get(), invalid_argument,
              "forward_batch: the KV pool was not made by this CUDA backend");
@@ -368,9 +427,9 @@ void CudaBackend::forward_batch_impl(KvPool& pool_base, std::span<const BatchEnt
   const StepPlan p = plan_step(entries, bs);
   KILN_CHECK(p.M < (int64_t(1) << 31), invalid_argument, "forward_batch: {} tokens in one step are too many", p.M);
   if (all_decode && int64_t(entries.size()) <= kMaxGraphBatch)
-    decode_step(m, *pool, entries, p.S, logits);
+    decode_step(m, *pool, entries, p.S, logits, argmax);
   else
-    mixed_step(m, *pool, entries, p, logits);
+    mixed_step(m, *pool, entries, p, logits, argmax);
 }
 
 int64_t CudaBackend::batch_graph_count(const KvPool& pool) const {
