@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(build-essential cmake ccache pkg-config git unzip python3 python3-venv python3-pip
           libgtest-dev libbenchmark-dev libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev
+          chromium)  # chromium: the chat page test (tests/server/test_chat_page.py)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
