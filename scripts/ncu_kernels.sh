@@ -1,14 +1,52 @@
 #!/usr/bin/env bash
-# Runs Nsight Compute (on the GPU machine) over the decode kernels of a kiln bench run and prints
-# the figures that explain each one: DRAM and SM throughput, occupancy, registers, shared memory
-# and warp-stall reasons. Clocks are left alone (--clock-control none), as the lab's rules ask.
-#   scripts/ncu_kernels.sh BUNDLE_DIR [KERNEL_REGEX] [LAUNCH_COUNT]
+# Nsight Compute on chosen kernels of a `kiln profile` run (on the GPU machine), reduced to the
+# figures that explain a kernel: duration, DRAM and SM throughput (% of peak), achieved
+# occupancy, registers, shared memory, L2 hit rate and the top warp-stall reasons. Clocks are
+# left alone (--clock-control none), as the device notes ask. docs/PERFORMANCE.md cites these tables.
+#   scripts/ncu_kernels.sh BUNDLE_DIR [KERNEL_REGEX] [LAUNCH_COUNT] [-- kiln profile args...]
+# e.g. scripts/ncu_kernels.sh gpu-bundle 'gemm|gemv' 8 -- --random llama3-8b -b 64 -c 512 --steps 1
 set -euo pipefail
 BUNDLE="${1:-gpu-bundle}"
-REGEX="${2:-gemv|attention|rmsnorm|rope}"
+REGEX="${2:-gemv|gemm|attention|rmsnorm|rope}"
 COUNT="${3:-8}"
-ncu --clock-control none --kernel-name "regex:$REGEX" --launch-count "$COUNT" \
-  --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-  --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct \
-  "$BUNDLE/tools/kiln" bench --random llama3-8b -p 0 -n 2 -r 0 2>&1 | tee "${OUT:-.}/ncu.txt" |
-  grep -E "^  [a-z_]|^    (Section|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Duration|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Dynamic Shared Memory|Static Shared Memory|Block Size|Grid Size|Warp Cycles Per Issued|dram__throughput|lts__t_sector_hit_rate)|Stall|stall" || true
+shift $(( $# < 3 ? $# : 3 ))
+[ "${1:-}" = "--" ] && shift
+PROFILE_ARGS=("$@")
+[ ${#PROFILE_ARGS[@]} -eq 0 ] && PROFILE_ARGS=(--random llama3-8b -b 1 -c 512 --steps 1)
+OUTDIR="${OUT:-.}"
+STALLS=(long_scoreboard short_scoreboard barrier mio_throttle lg_throttle math_pipe_throttle wait not_selected
+        dispatch_stall drain membar no_instruction branch_resolving imc_miss sleeping tex_throttle)
+METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+METRICS+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+METRICS+=,launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static
+METRICS+=,lts__t_sector_hit_rate.pct,launch__grid_size,launch__block_size
+for s in "${STALLS[@]}"; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
+ncu --clock-control none --kernel-name "regex:$REGEX" --launch-count "$COUNT" --csv --page raw --print-units base \
+  --metrics "$METRICS" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu_raw.csv" 2>"$OUTDIR/ncu.log" || {
+  echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }
+python3 - "$OUTDIR/ncu_raw.csv" <<'PY' | tee "$OUTDIR/ncu_table.txt"
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+start = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+head, data = rows[start], rows[start + 2:]  # the row after the header holds units
+col = {name: i for i, name in enumerate(head)}
+def get(r, name, default=""):
+    i = col.get(name)
+    return r[i] if i is not None and i < len(r) else default
+def num(r, name):
+    try:
+        return float(get(r, name, "nan").replace(",", ""))
+    except ValueError:
+        return float("nan")
+stall_cols = [c for c in head if c.startswith("smsp__average_warps_issue_stalled_")]
+print(f"{'kernel':48} {'us':>8} {'DRAM%':>6} {'SM%':>6} {'occ%':>5} {'regs':>5} {'smem KB':>8} {'L2 hit%':>7}  top stalls (cycles per issue)")
+for r in data:
+    name = get(r, "Kernel Name")[:48]
+    smem = (num(r, "launch__shared_mem_per_block_dynamic") + num(r, "launch__shared_mem_per_block_static")) / 1024
+    stalls = sorted(((num(r, c), c.replace("smsp__average_warps_issue_stalled_", "").replace("_per_issue_active.ratio", ""))
+                     for c in stall_cols), reverse=True)[:3]
+    top = ", ".join(f"{n} {v:.1f}" for v, n in stalls if v == v)
+    print(f"{name:48} {num(r, 'gpu__time_duration.sum') / 1e3:8.1f} {num(r, 'dram__throughput.avg.pct_of_peak_sustained_elapsed'):6.1f}"
+          f" {num(r, 'sm__throughput.avg.pct_of_peak_sustained_elapsed'):6.1f} {num(r, 'sm__warps_active.avg.pct_of_peak_sustained_active'):5.1f}"
+          f" {num(r, 'launch__registers_per_thread'):5.0f} {smem:8.1f} {num(r, 'lts__t_sector_hit_rate.pct'):7.1f}  {top}")
+PY

@@ -123,5 +123,7 @@ struct GenerationResult {
   std::string error;
 };
 GenerationResult generate_blocking(Engine& engine, GenerationRequest request);
+// Submits every request at once (so they batch) and waits for all; results in request order.
+std::vector<GenerationResult> generate_all_blocking(Engine& engine, std::vector<GenerationRequest> requests);
 
 }  // namespace kiln

@@ -383,4 +383,34 @@ GenerationResult generate_blocking(Engine& engine, GenerationRequest request) {
   return std::move(*result);
 }
 
+std::vector<GenerationResult> generate_all_blocking(Engine& engine, std::vector<GenerationRequest> requests) {
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable done;
+    size_t remaining = 0;
+    std::vector<GenerationResult> results;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->results.resize(requests.size());
+  shared->remaining = requests.size();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const bool want_logprobs = requests[i].logprobs >= 0;
+    engine.submit(std::move(requests[i]), [shared, i, want_logprobs](const GenerationEvent& ev) {
+      GenerationResult& r = shared->results[i];
+      if (ev.token >= 0) {
+        r.tokens.push_back(ev.token);
+        if (want_logprobs) r.logprobs.push_back(ev.logprob);
+      }
+      if (!ev.finished) return;
+      r.finish_reason = ev.finish_reason;
+      r.error = ev.error;
+      std::lock_guard lock(shared->mutex);
+      if (--shared->remaining == 0) shared->done.notify_all();
+    });
+  }
+  std::unique_lock lock(shared->mutex);
+  shared->done.wait(lock, [&] { return shared->remaining == 0; });
+  return std::move(shared->results);
+}
+
 }  // namespace kiln

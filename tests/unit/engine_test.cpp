@@ -32,15 +32,6 @@ std::vector<int32_t> prompt_of(int i, int len) {
   return p;
 }
 
-// Submits all requests at once and waits for all; results in submission order.
-std::vector<GenerationResult> run_all(Engine& engine, const std::vector<GenerationRequest>& requests) {
-  std::vector<std::future<GenerationResult>> futures;
-  for (const auto& r : requests)
-    futures.push_back(std::async(std::launch::async, [&engine, r] { return generate_blocking(engine, r); }));
-  std::vector<GenerationResult> out;
-  for (auto& f : futures) out.push_back(f.get());
-  return out;
-}
 
 TEST(Engine, GreedyTokensAreTheSameAloneAndInBatchesOf2To64) {
   ThreadPool threads(2);
@@ -55,7 +46,7 @@ TEST(Engine, GreedyTokensAreTheSameAloneAndInBatchesOf2To64) {
   for (int batch : {2, 7, 64}) {
     std::vector<GenerationRequest> requests;
     for (int i = 0; i < batch; ++i) requests.push_back(greedy(prompt_of(i, 5 + i % 13), 12));
-    const auto results = run_all(engine, requests);
+    const auto results = generate_all_blocking(engine, requests);
     for (int i = 0; i < batch; ++i) {
       EXPECT_EQ(results[size_t(i)].tokens, alone[size_t(i)]) << "request " << i << " in a batch of " << batch;
       EXPECT_EQ(results[size_t(i)].finish_reason, "length");
@@ -79,7 +70,7 @@ TEST(Engine, KvExhaustionPreemptsAndEveryRequestCompletesExactly) {
     requests.push_back(greedy(prompt_of(i, 20), 40));
     alone.push_back(generate_blocking(engine, requests.back()).tokens);
   }
-  const auto results = run_all(engine, requests);
+  const auto results = generate_all_blocking(engine, requests);
   for (int i = 0; i < 32; ++i) {
     EXPECT_EQ(results[size_t(i)].tokens.size(), 40u) << i;
     EXPECT_EQ(results[size_t(i)].tokens, alone[size_t(i)]) << "request " << i << " after preemption";
