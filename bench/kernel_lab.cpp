@@ -2,7 +2,7 @@
 // then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
-//   kernel_lab [--json PATH] [--quick]
+//   kernel_lab [--json PATH] [--quick] [--skinny]   (--skinny: only the batched-decode GEMMs, M = 32..256)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -149,6 +149,70 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
   }
 }
 
+// Batched decode (kGemvMaxRows < M <= kSplitKMaxRows): split-K ("splitk Sn": default partials, wgmma
+// on sm_90a; "splitk-mma Sn": mma.sync v2 partials; n = slices used) next to the unsplit default
+// GEMM ("gemm", what M = 17..256 ran before split-K), the dispatch ("matmul") and cuBLAS, each
+// validated against cuBLAS first. GB/s counts the weight bytes only (N x K x 2: what must stream),
+// so % copy is the share of the copy ceiling spent streaming W.
+void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms) {
+  DeviceBuffer<float> ws{size_t(kSplitKWorkspaceFloats)};
+  const MatmulWorkspace wsv{ws.data(), kSplitKWorkspaceFloats};
+  for (const MatShape& s : kShapes) {
+    const int64_t wsize = s.n * s.k;
+    const int copies = int(std::max<int64_t>(1, kRotateBytes / (wsize * 2) + 1));
+    std::vector<DeviceBuffer<bf16>> w;
+    for (int i = 0; i < copies; ++i) {
+      w.emplace_back(size_t(wsize));
+      fill_random_bf16(w.back().data(), wsize, 1, uint64_t(i), 0, 0.05f, nullptr);
+    }
+    for (int64_t m : ms) {
+      DeviceBuffer<bf16> x(size_t(m * s.k)), y(size_t(m * s.n)), yref(size_t(m * s.n));
+      fill_random_bf16(x.data(), m * s.k, 2, 0, 0, 1.0f, nullptr);
+      cublas.gemm_bf16(x.data(), w[0].data(), yref.data(), m, s.n, s.k, nullptr);
+      cuda_synchronize();
+      const std::vector<float> ref = to_float(yref);
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+      const double wbytes = 2.0 * double(wsize), flops = 2.0 * double(m) * double(wsize);
+      const int reps = 50;
+      struct Variant {
+        std::string label;
+        std::function<void(const bf16*)> run;
+      };
+      std::vector<Variant> variants;
+      variants.push_back({"gemm", [&](const bf16* wp) {
+                            gemm_version(0, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
+                          }});
+      for (int version : {0, 2}) {
+        const int S = gemm_splitk_plan(version, 0, m, s.n, s.k, kSplitKWorkspaceFloats);
+        char label[32];
+        std::snprintf(label, sizeof label, "%s S%d", version ? "splitk-mma" : "splitk", S);
+        variants.push_back({label, [&, version](const bf16* wp) {
+                              gemm_splitk(version, 0, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n,
+                                          s.k, wsv, nullptr);
+                            }});
+      }
+      variants.push_back({"matmul", [&](const bf16* wp) {
+                            matmul(x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr, wsv);
+                          }});
+      for (const Variant& v : variants) {
+        y.poison();
+        v.run(w[0].data());
+        cuda_synchronize();
+        const double err = rel_error(to_float(y), ref);
+        if (!(err < 1e-2))
+          std::printf("VALIDATION FAILED: %s %s M=%lld err %.3e\n", v.label.c_str(), s.name, (long long)m, err);
+        const double t = time_ms([&](int i) { v.run(w[size_t(i % copies)].data()); }, reps);
+        record("gemm-skinny", shape, v.label, t, wbytes, flops, copy_gbs, err);
+      }
+      const double t_c = time_ms(
+          [&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); },
+          reps);
+      record("gemm-skinny", shape, "cublas", t_c, wbytes, flops, copy_gbs, 0);
+    }
+  }
+}
+
 void bench_attention(double copy_gbs) {
   const int heads = 32, kv_heads = 8, d = 128;
   const int64_t kv_dim = kv_heads * d;
@@ -257,11 +321,13 @@ void bench_attention(double copy_gbs) {
 
 int main(int argc, char** argv) {
   std::string json_path;
+  bool skinny_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+    else if (!std::strcmp(argv[i], "--skinny")) skinny_only = true;
     else {
-      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick]\n");
+      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny]\n");
       return 2;
     }
   }
@@ -275,9 +341,12 @@ int main(int argc, char** argv) {
                 (long long)(info.l2_bytes >> 20), info.cc_major, info.cc_minor);
     double copy_gbs = copy_ceiling();
     CublasGemm cublas;
-    bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, false);
-    bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 4096}, true);
-    bench_attention(copy_gbs);
+    if (!skinny_only) {
+      bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, false);
+      bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 4096}, true);
+    }
+    bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
+    if (!skinny_only) bench_attention(copy_gbs);
     if (!json_path.empty()) {
       nlohmann::json doc = {{"device", info.name}, {"copy_gbs", copy_gbs}, {"peak_tflops", kPeakTflops},
                             {"results", g_results}};

@@ -1,6 +1,9 @@
 // GEMV and GEMM against cpu::matmul on the same bf16-rounded inputs, every output mode, odd shapes.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "backend/cpu/ops.h"
 #include "gpu_test_util.h"
@@ -173,6 +176,201 @@ TEST(GpuMatmul, GemmWgmmaOddShapes) {
   check_matmul(Shape{130, 4500, 4104}, cuda::OutMode::add_f32, true, Path::gemm, 4);
   for (auto mode : kModes) check_matmul(Shape{2049, 2300, 520}, mode, mode != cuda::OutMode::store_f32, Path::gemm, 4);
   check_matmul(Shape{1100, 4500, 1544}, cuda::OutMode::store_bf16, true, Path::gemm, 4);
+}
+
+// ---- split-K (gemm_splitk, matmul for kGemvMaxRows < M <= kSplitKMaxRows) ----
+
+// One shape's inputs and CPU reference (computed once, shared by every variant run on it).
+struct SplitCase {
+  Shape s;
+  bool bias;
+  std::vector<float> x, w, b, y0, ref;  // ref: x . W^T (+ b), without the add_f32 residual
+  DeviceBuffer<bf16> dx, dw, db;
+  SplitCase(Shape shape, bool with_bias, uint32_t seed, bool with_ref = true) : s(shape), bias(with_bias) {
+    ThreadPool pool(int(std::max(2u, std::min(16u, std::thread::hardware_concurrency()))));
+    x = random_bf16_values(size_t(s.m * s.k), seed);
+    w = random_bf16_values(size_t(s.n * s.k), seed + 1, 0.1f);
+    b = random_bf16_values(size_t(s.n), seed + 2);
+    y0 = random_bf16_values(size_t(s.m * s.n), seed + 3);
+    ref.resize(size_t(s.m * s.n));
+    if (with_ref) cpu::matmul(pool, x.data(), w.data(), bias ? b.data() : nullptr, ref.data(), s.m, s.n, s.k);
+    dx = to_device_bf16(x);
+    dw = to_device_bf16(w);
+    db = to_device_bf16(b);
+  }
+};
+
+// The split-K scratch of the tests: kSplitKWorkspaceFloats (what the backend carves) + a guard
+// region that must survive every launch (the kernels stay inside floats).
+struct SplitWorkspace {
+  static constexpr int64_t kGuard = 4096;
+  DeviceBuffer<float> buf{size_t(cuda::kSplitKWorkspaceFloats + kGuard)};
+  std::vector<float> guard = std::vector<float>(size_t(kGuard), 12345.0f);
+  SplitWorkspace() { buf.upload(guard, size_t(cuda::kSplitKWorkspaceFloats)); }
+  cuda::MatmulWorkspace ws(int64_t floats = cuda::kSplitKWorkspaceFloats) { return {buf.data(), floats}; }
+  void check_guard() {
+    std::vector<float> got(guard.size());
+    buf.download(got, size_t(cuda::kSplitKWorkspaceFloats));
+    EXPECT_EQ(0, std::memcmp(got.data(), guard.data(), guard.size() * sizeof(float)))
+        << "split-K wrote past its workspace";
+  }
+};
+
+// Runs fn(y) into a fresh output buffer of `mode` (poisoned, or y0 for add_f32) and returns y as floats.
+template <class F>
+std::vector<float> run_out(const SplitCase& c, cuda::OutMode mode, F&& fn) {
+  if (mode == cuda::OutMode::store_bf16) {
+    DeviceBuffer<bf16> y(c.ref.size());
+    y.poison();
+    fn(static_cast<void*>(y.data()));
+    cuda::cuda_synchronize();
+    return from_device_bf16(y);
+  }
+  DeviceBuffer<float> y(c.ref.size());
+  if (mode == cuda::OutMode::add_f32)
+    y.upload(c.y0);
+  else
+    y.poison();
+  fn(static_cast<void*>(y.data()));
+  cuda::cuda_synchronize();
+  return y.to_host();
+}
+
+void expect_close(const SplitCase& c, cuda::OutMode mode, const std::vector<float>& out) {
+  std::vector<float> ref = c.ref;
+  if (mode == cuda::OutMode::add_f32)
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += c.y0[i];
+  EXPECT_LT(rel_error(out, ref), mode == cuda::OutMode::store_bf16 ? kTolBf16Out : kTolF32Out);
+}
+
+// gemm_splitk(version, splits) on one case, every mode; the workspace poisoned first (an unwritten
+// partial would show as NaN). Forced splits must really split when K has the steps (>= 64 each).
+void check_splitk(const SplitCase& c, SplitWorkspace& sw, int version, int splits) {
+  const Shape s = c.s;
+  for (auto mode : kModes) {
+    SCOPED_TRACE(testing::Message() << "split-K M=" << s.m << " N=" << s.n << " K=" << s.k << " mode=" << int(mode)
+                                    << " bias=" << c.bias << " v" << version << " splits=" << splits);
+    sw.buf.poison();
+    sw.buf.upload(sw.guard, size_t(cuda::kSplitKWorkspaceFloats));
+    int used = 0;
+    std::vector<float> out = run_out(c, mode, [&](void* y) {
+      used = cuda::gemm_splitk(version, splits, c.dx.data(), c.dw.data(), c.bias ? c.db.data() : nullptr, y, mode,
+                               s.m, s.n, s.k, sw.ws(), nullptr);
+    });
+    EXPECT_EQ(used, cuda::gemm_splitk_plan(version, splits, s.m, s.n, s.k, cuda::kSplitKWorkspaceFloats));
+    if (splits > 1 && s.k % 8 == 0 && s.k >= 64 * splits) {
+      EXPECT_GT(used, 1);
+    }
+    if (splits == 1) {
+      EXPECT_EQ(used, 1);
+    }
+    expect_close(c, mode, out);
+  }
+  sw.check_guard();
+}
+
+// Every row count of the list on odd N / K (K % 8 == 0 but not a multiple of 32 or 64: ragged last
+// step; K = 64: one wgmma step, so no split is possible; K = 37: the scalar path), forced splits 1,
+// 2, 3, 7 and the auto choice, the default (wgmma partials on sm_90a) and the mma.sync v2 partials.
+TEST(GpuMatmul, SplitKOddShapes) {
+  KILN_REQUIRE_GPU();
+  SplitWorkspace sw;
+  uint32_t seed = 100;
+  for (int64_t m : {17, 31, 64, 100, 128, 255, 256})
+    for (Shape s : {Shape{m, 37, 1000}, Shape{m, 300, 4104}, Shape{m, 4500, 520}, Shape{m, 200, 64},
+                    Shape{m, 129, 72}, Shape{m, 50, 37}}) {
+      SplitCase c(s, (m + s.n) % 2 == 1, seed += 10);
+      for (int version : {0, 2})
+        for (int splits : {1, 2, 3, 7, 0}) check_splitk(c, sw, version, splits);
+    }
+}
+
+// The Llama-3-8B shapes at batched-decode M (qkv, o, gate_up, down; lm_head's N = 128256 is covered
+// by the kernel lab against cuBLAS), auto and forced splits, both partial kernels.
+TEST(GpuMatmul, SplitKLlamaShapes) {
+  KILN_REQUIRE_GPU();
+  SplitWorkspace sw;
+  uint32_t seed = 500;
+  for (Shape s : {Shape{64, 4096, 4096}, Shape{64, 4096, 14336}, Shape{100, 6144, 4096}, Shape{17, 28672, 4096},
+                  Shape{256, 4096, 4096}}) {
+    SplitCase c(s, s.m == 100, seed += 10);
+    for (int version : {0, 2})
+      for (int splits : {0, 3, 7}) check_splitk(c, sw, version, splits);
+  }
+}
+
+// A workspace holding fewer slices caps the split (and none at all means no split); the dispatch
+// (matmul with a workspace) takes split-K for 16 < M <= 256 and gives the same bits as gemm_splitk's
+// auto choice (unless KILN_GEMM_SPLITK overrides it), and matches the reference.
+TEST(GpuMatmul, SplitKWorkspaceAndDispatch) {
+  KILN_REQUIRE_GPU();
+  SplitWorkspace sw;
+  SplitCase c(Shape{64, 4096, 4096}, true, 900);
+  const Shape s = c.s;
+  const auto mode = cuda::OutMode::store_f32;
+  for (int64_t cap_slices : {0, 1, 2, 3}) {
+    const int64_t floats = cap_slices * s.m * s.n;
+    int used = 0;
+    std::vector<float> out = run_out(c, mode, [&](void* y) {
+      used = cuda::gemm_splitk(0, 7, c.dx.data(), c.dw.data(), c.db.data(), y, mode, s.m, s.n, s.k,
+                               cap_slices ? sw.ws(floats) : cuda::MatmulWorkspace{}, nullptr);
+    });
+    EXPECT_LE(used, std::max<int64_t>(cap_slices, 1)) << "cap " << cap_slices;
+    if (cap_slices >= 2) {
+      EXPECT_EQ(used, cap_slices);
+    }
+    expect_close(c, mode, out);
+  }
+  sw.check_guard();
+  for (int64_t m : {17, 64, 256}) {
+    SplitCase d(Shape{m, 4096, 4096}, false, 950 + uint32_t(m));
+    for (auto md : kModes) {
+      SCOPED_TRACE(testing::Message() << "matmul dispatch M=" << m << " mode=" << int(md));
+      std::vector<float> a = run_out(d, md, [&](void* y) {
+        cuda::matmul(d.dx.data(), d.dw.data(), nullptr, y, md, m, 4096, 4096, nullptr, sw.ws());
+      });
+      expect_close(d, md, a);
+      if (!std::getenv("KILN_GEMM_SPLITK")) {
+        std::vector<float> b = run_out(d, md, [&](void* y) {
+          cuda::gemm_splitk(0, 0, d.dx.data(), d.dw.data(), nullptr, y, md, m, 4096, 4096, sw.ws(), nullptr);
+        });
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+      }
+    }
+  }
+}
+
+// Bit-determinism: the same inputs twice give identical outputs, with other split-K launches (other
+// shapes, other split counts, so other partials in the workspace) in between; auto and forced.
+TEST(GpuMatmul, SplitKDeterministic) {
+  KILN_REQUIRE_GPU();
+  SplitWorkspace sw;
+  SplitCase other(Shape{100, 300, 4104}, true, 1200, false);  // bits compared, no reference needed
+  for (Shape s : {Shape{64, 4096, 14336}, Shape{255, 6144, 4096}, Shape{31, 300, 4104}}) {
+    SplitCase c(s, true, 1300 + uint32_t(s.m), false);
+    for (int version : {0, 2})
+      for (int splits : {0, 3}) {
+        for (auto mode : kModes) {
+          std::vector<float> first;
+          for (int rep = 0; rep < 3; ++rep) {
+            std::vector<float> out = run_out(c, mode, [&](void* y) {
+              cuda::gemm_splitk(version, splits, c.dx.data(), c.dw.data(), c.db.data(), y, mode, s.m, s.n, s.k,
+                                sw.ws(), nullptr);
+            });
+            run_out(other, cuda::OutMode::store_f32, [&](void* y) {
+              cuda::gemm_splitk(version, 2 + rep, other.dx.data(), other.dw.data(), other.db.data(), y,
+                                cuda::OutMode::store_f32, 100, 300, 4104, sw.ws(), nullptr);
+            });
+            if (rep == 0)
+              first = out;
+            else
+              ASSERT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float)))
+                  << "M=" << s.m << " N=" << s.n << " v" << version << " splits=" << splits << " mode=" << int(mode)
+                  << " rep " << rep;
+          }
+        }
+      }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <map>
 #include <string>
@@ -78,6 +79,9 @@ struct Activations {
   float* logits = nullptr;  // (rows, vocab)
   float* xg = nullptr;      // (rows, hidden) gathered residual rows (only when gather)
   int32_t* ints = nullptr;  // n_ints int32 (token/position staging of the single-sequence path)
+  // Split-K partials of the matrix products with kGemvMaxRows < M <= kSplitKMaxRows (matmul.h);
+  // only when rows > kGemvMaxRows. In the arena: a fixed address for the captured graphs.
+  cuda::MatmulWorkspace splitk;
 
   void allocate(const ModelConfig& c, int64_t n_rows, int64_t n_ints, bool gather) {
     const size_t C = size_t(n_rows), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
@@ -92,6 +96,8 @@ struct Activations {
            o_attn = carve(C * q_dim * 2), o_gu = carve(C * 2 * I * 2), o_h = carve(C * I * 2),
            o_logits = carve(C * size_t(c.vocab_size) * 4), o_ints = carve(size_t(n_ints) * 4),
            o_xg = carve(gather ? C * H * 4 : 0);
+    const int64_t splitk_floats = n_rows > cuda::kGemvMaxRows ? cuda::kSplitKWorkspaceFloats : 0;
+    const size_t o_splitk = carve(size_t(splitk_floats) * 4);
     arena = DeviceBuffer<char>();  // free first: the old arena may be large
     arena = DeviceBuffer<char>(offset);
     rows = n_rows;
@@ -106,6 +112,7 @@ struct Activations {
     logits = reinterpret_cast<float*>(base + o_logits);
     ints = reinterpret_cast<int32_t*>(base + o_ints);
     xg = gather ? reinterpret_cast<float*>(base + o_xg) : nullptr;
+    splitk = {splitk_floats ? reinterpret_cast<float*>(base + o_splitk) : nullptr, splitk_floats};
   }
 };
 
@@ -159,17 +166,29 @@ struct CudaBackend::Impl {
   template <class F>
   void op(const std::string& name, profile::Cost cost, F&& launch) {
     const double bytes = cost.bytes, flops = cost.flops;
+    // An NVTX range per launch, so Nsight Systems timelines show kiln's op names (a few ns when
+    // no tool listens). In a captured graph it marks the capture, not the replays.
+    struct NvtxRange {
+      explicit NvtxRange(const std::string& n) { nvtxRangePushA(n.c_str()); }
+      ~NvtxRange() { nvtxRangePop(); }
+    } nvtx_range(name);
     if (!profiling) return launch();
-    while (event_pool.size() < events_used + 2) {
+    while (event_pool.size() < events_used + 2) {  // at most two new events per launch
       cudaEvent_t e;
       KILN_CUDA_CHECK(cudaEventCreate(&e));
       event_pool.push_back(e);
     }
-    cudaEvent_t a = event_pool[events_used++], b = event_pool[events_used++];
+    // Consecutive launches share an event (this launch's start is the previous one's end): half
+    // the event records, so the timing disturbs the step less.
+    const bool first = pending.empty();
+    cudaEvent_t a = first ? event_pool[events_used++] : pending.back().b;
+    cudaEvent_t b = event_pool[events_used++];
     // First timed launch of a step: hold the GPU while the host queues the rest, so the kernels
     // run back to back (as from a graph) and the events time kernels, not launch gaps.
-    if (pending.empty()) cuda::hold_stream(kProfileHoldMicroseconds, s());
-    KILN_CUDA_CHECK(cudaEventRecord(a, s()));
+    if (first) {
+      cuda::hold_stream(kProfileHoldMicroseconds, s());
+      KILN_CUDA_CHECK(cudaEventRecord(a, s()));
+    }
     launch();
     KILN_CUDA_CHECK(cudaEventRecord(b, s()));
     pending.push_back({name, bytes, flops, a, b});
@@ -190,11 +209,12 @@ struct CudaBackend::Impl {
     events_used = 0;
   }
 
+  // ws: the split-K scratch of the activations `in` / `out` belong to (a.splitk).
   void linear(const char* what, const bf16* in, const bf16* w, const bf16* bias, void* out, OutMode mode, int64_t m,
-              int64_t n, int64_t k) {
+              int64_t n, int64_t k, cuda::MatmulWorkspace ws) {
     std::string name = std::string(what) + (m <= cuda::kGemvMaxRows ? ".gemv" : ".gemm");
     double out_bytes = mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8;  // add_f32: read + write
-    op(name, profile::linear(m, n, k, out_bytes), [&] { cuda::matmul(in, w, bias, out, mode, m, n, k, s()); });
+    op(name, profile::linear(m, n, k, out_bytes), [&] { cuda::matmul(in, w, bias, out, mode, m, n, k, s(), ws); });
   }
 
   // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
@@ -208,13 +228,13 @@ struct CudaBackend::Impl {
       const cuda_backend::DeviceLayer& L = layers[size_t(l)];
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.attn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
       linear("qkv", a.xn, L.w_qkv.data(), L.b_qkv.size() ? L.b_qkv.data() : nullptr, a.qkv, OutMode::store_bf16, n,
-             qkv_dim(), H);
+             qkv_dim(), H, a.splitk);
       attend(l);
-      linear("o", a.attn, L.wo.data(), nullptr, a.x, OutMode::add_f32, n, H, c.q_dim());
+      linear("o", a.attn, L.wo.data(), nullptr, a.x, OutMode::add_f32, n, H, c.q_dim(), a.splitk);
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
-      linear("gate_up", a.xn, L.w_gu.data(), nullptr, a.gu, OutMode::store_bf16, n, 2 * I, H);
+      linear("gate_up", a.xn, L.w_gu.data(), nullptr, a.gu, OutMode::store_bf16, n, 2 * I, H, a.splitk);
       op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
-      linear("down", a.h, L.w_down.data(), nullptr, a.x, OutMode::add_f32, n, H, I);
+      linear("down", a.h, L.w_down.data(), nullptr, a.x, OutMode::add_f32, n, H, I, a.splitk);
     }
   }
 
@@ -223,7 +243,8 @@ struct CudaBackend::Impl {
     const int64_t H = c.hidden_size;
     op("rmsnorm", profile::rmsnorm(n_out, H),
        [&] { cuda::rmsnorm(x_rows, nullptr, final_norm.data(), a.xn, n_out, H, c.rms_eps, s()); });
-    linear("lm_head", a.xn, output_weight(), nullptr, a.logits, OutMode::store_f32, n_out, c.vocab_size, H);
+    linear("lm_head", a.xn, output_weight(), nullptr, a.logits, OutMode::store_f32, n_out, c.vocab_size, H,
+           a.splitk);
   }
 };
 

@@ -28,9 +28,14 @@
 //       aligned x / W; anywhere else version 4 runs v2. Predicted 550-650 TFLOP/s at M >= 2048 and
 //       400-450 at M=512; measured (H200 run 5, same run as cuBLAS): 454-783, i.e. 0.80-1.04x cuBLAS
 //       (ahead on down M=512, o M=512, lm_head M=512/2048). The default since run 5.
+// Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
+// wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
+// a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/epilogue.cuh"
@@ -101,14 +106,19 @@ __device__ __forceinline__ void load_stage(bf16* stage, const bf16* __restrict__
 template <class C>
 __global__ void __launch_bounds__(THREADS, C::MINB)
     gemm_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
-                void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K) {
+                void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K, int64_t k_tiles_per_split,
+                int64_t y_split_stride) {
   constexpr int BM = C::BM, BN = C::BN, WM = C::WM, WN = C::WN, MI = C::MI, NI = C::NI;
   constexpr int kStageElems = C::kStageElems;
   extern __shared__ __align__(128) bf16 smem[];  // STAGES x [A (BM, BK) | B (BN, BK)], swizzled
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / (BN / WN), wn = warp % (BN / WN);  // warp's tile: rows wm*WM, cols wn*WN
   const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
-  const int64_t k_tiles = (K + BK - 1) / BK;
+  // Split-K (gemm_splitk): block z covers K tiles [kt0, kt1) and writes its fp32 partial to slice z
+  // of the workspace y (mode store_f32, no bias). Unsplit launches: gridDim.z = 1, one slice = all.
+  const int64_t kt0 = int64_t(blockIdx.z) * k_tiles_per_split;
+  const int64_t kt1 = imin64((K + BK - 1) / BK, kt0 + k_tiles_per_split);
+  if (blockIdx.z > 0) y = static_cast<float*>(y) + int64_t(blockIdx.z) * y_split_stride;
 
   float acc[MI][NI][4];  // (WM, WN) warp tile as MI x NI mma accumulators
 #pragma unroll
@@ -120,18 +130,19 @@ __global__ void __launch_bounds__(THREADS, C::MINB)
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage<BM, BN>(smem + s * kStageElems, x, w, m0, n0, M, N, K, s);
+    if (kt0 + s < kt1) load_stage<BM, BN>(smem + s * kStageElems, x, w, m0, n0, M, N, K, kt0 + s);
     cp_async_commit();
   }
 
-  for (int64_t kt = 0; kt < k_tiles; ++kt) {
+  for (int64_t kt = kt0; kt < kt1; ++kt) {  // ring slot of tile kt: (kt - kt0) % STAGES
     cp_async_wait<STAGES - 2>();  // tile kt has landed (for this thread) ...
-    __syncthreads();              // ... for all threads; and stage (kt-1) % STAGES is free again
+    __syncthreads();              // ... for all threads; and the slot of tile kt-1 is free again
     int64_t next = kt + STAGES - 1;
-    if (next < k_tiles) load_stage<BM, BN>(smem + (next % STAGES) * kStageElems, x, w, m0, n0, M, N, K, next);
+    if (next < kt1)
+      load_stage<BM, BN>(smem + ((next - kt0) % STAGES) * kStageElems, x, w, m0, n0, M, N, K, next);
     cp_async_commit();
 
-    const bf16* sa = smem + (kt % STAGES) * kStageElems;  // (BM, BK)
+    const bf16* sa = smem + ((kt - kt0) % STAGES) * kStageElems;  // (BM, BK)
     const bf16* sb = sa + BM * BK;                          // (BN, BK)
     const uint32_t sa_addr = uint32_t(__cvta_generic_to_shared(sa));
     const uint32_t sb_addr = uint32_t(__cvta_generic_to_shared(sb));
@@ -199,20 +210,190 @@ __global__ void gemm_scalar_kernel(const bf16* __restrict__ x, const bf16* __res
 
 
 template <class C>
-void launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
-            cudaStream_t stream) {
+void configure() {
   static bool configured = false;  // raising the dynamic shared-memory limit once is enough
   if (!configured) {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     configured = true;
   }
-  KILN_CUDA_REQUIRE((M + C::BM - 1) / C::BM < 65536, "gemm: M is too large");
-  dim3 grid(unsigned((N + C::BN - 1) / C::BN), unsigned((M + C::BM - 1) / C::BM));
-  gemm_kernel<C><<<grid, THREADS, C::kSmemBytes, stream>>>(x, w, bias, y, mode, M, N, K);
 }
 
+template <class C>
+void launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
+            cudaStream_t stream) {
+  configure<C>();
+  KILN_CUDA_REQUIRE((M + C::BM - 1) / C::BM < 65536, "gemm: M is too large");
+  dim3 grid(unsigned((N + C::BN - 1) / C::BN), unsigned((M + C::BM - 1) / C::BM));
+  gemm_kernel<C><<<grid, THREADS, C::kSmemBytes, stream>>>(x, w, bias, y, mode, M, N, K, (K + BK - 1) / BK, 0);
+}
+
+// ---- split-K for batched decode (kGemvMaxRows < M <= kSplitKMaxRows; design in matmul.h) ----
+
+// Sums the S partial slices (S, M, N) of the workspace in slice order 0, 1, .., S-1 (fixed, so the
+// result does not depend on which block finished first), adds the bias and writes y per OutMode.
+// VEC: N % 4 == 0 and 16-byte aligned partials / y: 4 columns per thread (float4 loads, paired stores).
+template <bool VEC>
+__global__ void splitk_reduce_kernel(const float* __restrict__ part, int splits, const bf16* __restrict__ bias,
+                                     void* __restrict__ y, OutMode mode, int64_t M, int64_t N) {
+  const int64_t MN = M * N;
+  const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * (VEC ? 4 : 1);
+  if (i >= MN) return;
+  if constexpr (VEC) {
+    float4 a = *reinterpret_cast<const float4*>(part + i);
+    for (int z = 1; z < splits; ++z) {
+      const float4 p = *reinterpret_cast<const float4*>(part + int64_t(z) * MN + i);
+      a.x += p.x;
+      a.y += p.y;
+      a.z += p.z;
+      a.w += p.w;
+    }
+    if (bias) {
+      const int64_t c = i % N;  // 4 columns of one row (N % 4 == 0)
+      a.x += __bfloat162float(bias[c]);
+      a.y += __bfloat162float(bias[c + 1]);
+      a.z += __bfloat162float(bias[c + 2]);
+      a.w += __bfloat162float(bias[c + 3]);
+    }
+    store_out2(y, mode, i, a.x, a.y);
+    store_out2(y, mode, i + 2, a.z, a.w);
+  } else {
+    float a = part[i];
+    for (int z = 1; z < splits; ++z) a += part[int64_t(z) * MN + i];
+    if (bias) a += __bfloat162float(bias[i % N]);
+    store_out(y, mode, i, a);
+  }
+}
+
+void splitk_reduce(const float* part, int splits, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                   cudaStream_t stream) {
+  const int64_t MN = M * N;
+  const bool vec = N % 4 == 0 && (reinterpret_cast<uintptr_t>(part) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+  const int64_t threads = vec ? MN / 4 : MN;
+  const unsigned blocks = unsigned((threads + 255) / 256);
+  if (vec)
+    splitk_reduce_kernel<true><<<blocks, 256, 0, stream>>>(part, splits, bias, y, mode, M, N);
+  else
+    splitk_reduce_kernel<false><<<blocks, 256, 0, stream>>>(part, splits, bias, y, mode, M, N);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+// What the split choice knows of a partial kernel: its output tile, K step, resident blocks per SM.
+struct SplitGeom {
+  int bm, bn, bk, blocks_per_sm;
+};
+constexpr SplitGeom kGeomWgmma{128, 128, 64, 1};  // gemm_wgmma.cu WgCfg128: 192 KB smem, 1 block per SM
+constexpr SplitGeom kGeomMma{CfgV2::BM, CfgV2::BN, BK, CfgV2::MINB};  // v2: 64 KB smem, 2 per SM
+
+// Time model of a split (seconds; only the ranking matters). The weight-streaming blocks are
+// latency-bound, not bandwidth-bound, in this regime: the H200 profile (M = 64) shows ~22-42 GB/s per
+// resident block whatever the block count (o: 32 blocks -> 0.89 TB/s), so a block's time is its
+// weight bytes at kBlockRate plus a fixed pipeline fill / epilogue cost, and blocks beyond one wave of
+// resident blocks run in further waves. The reduce kernel reads S partial slices and writes M x N
+// (mostly L2-resident) plus a launch.
+double split_time(const SplitGeom& g, int64_t M, int64_t N, int64_t K, int sms, int S) {
+  constexpr double kBlockRate = 3.8e12 / 132, kBlockFixed = 1.5e-6, kReduceRate = 3.0e12, kReduceFixed = 2e-6;
+  const int64_t steps = (K + g.bk - 1) / g.bk, per = (steps + S - 1) / S, used = (steps + per - 1) / per;
+  const int64_t tiles = ((M + g.bm - 1) / g.bm) * ((N + g.bn - 1) / g.bn);
+  const int64_t slots = int64_t(std::max(sms, 1)) * g.blocks_per_sm;
+  const int64_t waves = (tiles * used + slots - 1) / slots;
+  const double rate = kBlockRate * 132.0 / double(slots);  // per resident block (132 SMs x 1 block: 28.8 GB/s)
+  double t = double(waves) * (double(per) * g.bn * g.bk * 2 / rate + kBlockFixed);
+  if (used > 1) t += double(used + 1) * double(M * N) * 4 / kReduceRate + kReduceFixed;
+  return t;
+}
+
+// Auto split count: the fastest S by split_time, S = 1 unless a split is predicted >= 15% faster
+// (S = 1 runs the unsplit default GEMM, which has no reduce). Slices keep >= 4 K steps.
+int choose_splits(const SplitGeom& g, int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
+  const int64_t steps = (K + g.bk - 1) / g.bk;
+  const int64_t limit = std::min<int64_t>(max_splits, steps / 4);
+  const double t1 = split_time(g, M, N, K, sms, 1);
+  int best = 1;
+  double best_t = t1;
+  for (int S = 2; S <= limit; ++S) {
+    const double t = split_time(g, M, N, K, sms, S);
+    if (t < best_t) {
+      best_t = t;
+      best = S;
+    }
+  }
+  return best_t <= 0.85 * t1 ? best : 1;
+}
+
+int device_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;
+  return sms;
+}
+
+// KILN_GEMM_SPLITK, read once: unset / empty / "auto" -> -1 (auto), "0" -> 0 (matmul never splits:
+// the pre-split-K path), n >= 1 -> n (matmul forces n slices for kGemvMaxRows < M <= kSplitKMaxRows).
+int splitk_env() {
+  static const int v = [] {
+    const char* env = std::getenv("KILN_GEMM_SPLITK");
+    if (!env || !*env || !std::strcmp(env, "auto")) return -1;
+    const int n = std::atoi(env);
+    return n >= 0 ? std::min(n, kSplitKMaxSplits) : -1;
+  }();
+  return v;
+}
 
 }  // namespace
+
+int gemm_splitk_plan(int version, int splits, int64_t M, int64_t N, int64_t K, int64_t workspace_floats) {
+  if (M <= 0 || N <= 0 || K <= 0 || K % 8 != 0) return 1;
+  const bool wg = version != 2 && gemm_wgmma_available();
+  const SplitGeom& g = wg ? kGeomWgmma : kGeomMma;
+  const int sms = wg ? gemm_wgmma_sms() : device_sms();
+  const int64_t fit = workspace_floats / (M * N);  // slices the workspace holds
+  int S = splits > 0 ? splits : choose_splits(g, M, N, K, sms, kSplitKMaxSplits);
+  S = int(std::min<int64_t>(S, fit));
+  if (S <= 1) return 1;
+  const int64_t steps = (K + g.bk - 1) / g.bk, per = (steps + S - 1) / S;
+  return int((steps + per - 1) / per);  // no empty slice: per * (used - 1) < steps
+}
+
+int gemm_splitk(int version, int splits, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
+                int64_t M, int64_t N, int64_t K, MatmulWorkspace ws, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(version == 0 || version == 2 || version == 4, "gemm_splitk: version must be 0, 2 or 4");
+  if (M == 0 || N == 0) return 1;
+  const int S = ws.data ? gemm_splitk_plan(version, splits, M, N, K, ws.floats) : 1;
+  if (S > 1) {
+    bool launched = false;
+    if (version != 2 && gemm_wgmma_available()) {
+      const int64_t steps = (K + kGeomWgmma.bk - 1) / kGeomWgmma.bk, per = (steps + S - 1) / S;
+      launched = gemm_wgmma_splitk(x, w, ws.data, M, N, K, S, int(per), stream);
+      if (launched) {
+        splitk_reduce(ws.data, S, bias, y, mode, M, N, stream);
+        return S;
+      }
+    }
+    // The mma.sync v2 kernel over K ranges (sm_80, or wgmma unable: e.g. unaligned x / W). The
+    // plan above was made for the wgmma geometry when wgmma is available: redo it for v2.
+    const int S2 = gemm_splitk_plan(2, splits > 0 ? splits : S, M, N, K, ws.floats);
+    if (S2 > 1 && (M + CfgV2::BM - 1) / CfgV2::BM < 65536) {
+      const int64_t steps = (K + BK - 1) / BK, per = (steps + S2 - 1) / S2;
+      configure<CfgV2>();
+      dim3 grid(unsigned((N + CfgV2::BN - 1) / CfgV2::BN), unsigned((M + CfgV2::BM - 1) / CfgV2::BM), unsigned(S2));
+      gemm_kernel<CfgV2><<<grid, THREADS, CfgV2::kSmemBytes, stream>>>(x, w, nullptr, ws.data, OutMode::store_f32,
+                                                                       M, N, K, per, M * N);
+      KILN_CUDA_CHECK_LAUNCH();
+      splitk_reduce(ws.data, S2, bias, y, mode, M, N, stream);
+      return S2;
+    }
+  }
+  gemm_version(version, x, w, bias, y, mode, M, N, K, stream);
+  return 1;
+}
+
+bool matmul_splitk(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                   int64_t K, MatmulWorkspace ws, cudaStream_t stream) {
+  const int env = splitk_env();
+  if (env == 0 || !ws.data || M <= kGemvMaxRows || M > kSplitKMaxRows) return false;
+  gemm_splitk(0, env > 0 ? env : 0, x, w, bias, y, mode, M, N, K, ws, stream);
+  return true;
+}
 
 // Default: v4 (wgmma + TMA; measured 454-783 TFLOP/s on the H200, 0.80-1.04x cuBLAS) where it can
 // run, which gemm_version(4) checks per call (Hopper, 16-byte aligned operands, K % 8 == 0) before

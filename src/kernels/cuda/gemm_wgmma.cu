@@ -23,6 +23,10 @@
 //   64 accumulators), e.g. M = 512 on N = 4096 (64 tiles of 128x256 on 132 SMs).
 //   Grid: x over M tiles (fastest), y over N tiles: consecutive blocks share one W tile, so W (the
 //   big operand: 1 GB for lm_head) streams from DRAM about once and x is re-read from L2.
+//   Split-K (gemm_wgmma_splitk, for batched decode; matmul.h / gemm.cu): grid z over K slices of
+//   k_tiles_per_split steps each; block z runs the same pipeline over its steps only (the ring and
+//   its phases count from the slice's first step) and stores its fp32 partial, no bias, to slice z
+//   of the workspace (y + z * M * N). Unsplit launches pass one slice of all steps: unchanged.
 //
 // Shared layout and descriptors (the part that must match bit for bit):
 //   Each tile row is 64 bf16 = 128 bytes; TMA with CU_TENSOR_MAP_SWIZZLE_128B writes rows in order,
@@ -195,7 +199,7 @@ template <class C>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                       const bf16* __restrict__ bias, void* __restrict__ y, OutMode mode, int64_t M, int64_t N,
-                      int64_t K) {
+                      int64_t K, int k_tiles_per_split, int64_t y_split_stride) {
 #ifdef KILN_WGMMA_DEVICE
   constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
   extern __shared__ uint8_t smem_raw[];
@@ -207,7 +211,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
   const uint32_t empty0 = full0 + STAGES * 8;                // STAGES x mbarrier
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int64_t m0 = int64_t(blockIdx.x) * WG_BM, n0 = int64_t(blockIdx.y) * BN;
-  const int k_tiles = int((K + WG_BK - 1) / WG_BK);
+  // Split-K (gemm_wgmma_splitk): block z covers the 64-wide K steps [kt0, kt0 + n_steps) and writes
+  // its fp32 partial to slice z of the workspace y (store_f32, no bias); unsplit: gridDim.z = 1, all.
+  // The ring counts steps from 0 in every block (stage i % STAGES, phase i / STAGES).
+  const int kt0 = int(blockIdx.z) * k_tiles_per_split;
+  const int n_steps = max(0, min(int((K + WG_BK - 1) / WG_BK) - kt0, k_tiles_per_split));
+  if (blockIdx.z > 0) y = static_cast<float*>(y) + int64_t(blockIdx.z) * y_split_stride;
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -224,13 +233,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
-      for (int kt = 0; kt < k_tiles; ++kt) {
+      for (int kt = 0; kt < n_steps; ++kt) {
         const int s = kt % STAGES;
         const uint32_t use = uint32_t(kt / STAGES);
+        const int k = (kt0 + kt) * WG_BK;
         mbar_wait(empty0 + 8 * s, (use & 1) ^ 1);  // consumers released this stage's previous use
         mbar_arrive_expect_tx(full0 + 8 * s, C::kStageBytes);
-        tma_load_2d(sa0 + s * C::kABytes, &map_x, full0 + 8 * s, kt * WG_BK, int(m0));  // (128, 64)
-        tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * WG_BK, int(n0));  // (BN, 64)
+        tma_load_2d(sa0 + s * C::kABytes, &map_x, full0 + 8 * s, k, int(m0));  // (128, 64)
+        tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, k, int(n0));  // (BN, 64)
       }
     }
   } else {  // consumer c: tile rows [64c, 64c + 64)
@@ -240,7 +250,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
 
-    for (int kt = 0; kt < k_tiles; ++kt) {
+    for (int kt = 0; kt < n_steps; ++kt) {
       const int s = kt % STAGES;
       mbar_wait(full0 + 8 * s, uint32_t(kt / STAGES) & 1);  // stage s holds K step kt
       const uint64_t da = sw128_desc(sa0 + s * C::kABytes + c * 64 * 128);  // A rows (64, 64)
@@ -315,15 +325,21 @@ bool make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_
 
 template <class C>
 void launch_wgmma(const CUtensorMap& mx, const CUtensorMap& mw, const bf16* bias, void* y, OutMode mode, int64_t M,
-                  int64_t N, int64_t K, cudaStream_t stream) {
+                  int64_t N, int64_t K, cudaStream_t stream, int splits = 1, int k_tiles_per_split = 0) {
   static bool configured = false;  // raising the dynamic shared-memory limit once is enough
   if (!configured) {
     KILN_CUDA_CHECK(
         cudaFuncSetAttribute(gemm_wgmma_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     configured = true;
   }
-  dim3 grid(unsigned((M + WG_BM - 1) / WG_BM), unsigned((N + C::BN - 1) / C::BN));
-  gemm_wgmma_kernel<C><<<grid, WG_THREADS, C::kSmemBytes, stream>>>(mx, mw, bias, y, mode, M, N, K);
+  const int k_tiles = int((K + WG_BK - 1) / WG_BK);
+  if (splits <= 1) {
+    splits = 1;
+    k_tiles_per_split = k_tiles;
+  }
+  dim3 grid(unsigned((M + WG_BM - 1) / WG_BM), unsigned((N + C::BN - 1) / C::BN), unsigned(splits));
+  gemm_wgmma_kernel<C><<<grid, WG_THREADS, C::kSmemBytes, stream>>>(mx, mw, bias, y, mode, M, N, K,
+                                                                    k_tiles_per_split, M * N);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -364,12 +380,33 @@ DeviceInfo device_info() {
 
 bool gemm_wgmma_available() { return device_info().ok; }
 
-bool gemm_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
-                int64_t K, cudaStream_t stream) {
+namespace {
+// The shape / alignment limits of both entry points (tensor maps, int coordinates, grid.y).
+bool wgmma_shape_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0 || K <= 0 || K % 8 != 0) return false;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) return false;
   if (M > (int64_t(1) << 31) - WG_BM || N > (int64_t(1) << 31) - 256 || K > (int64_t(1) << 31) - WG_BK) return false;
   if ((M + WG_BM - 1) / WG_BM >= (int64_t(1) << 31) || (N + 127) / 128 >= 65536) return false;
+  return true;
+}
+}  // namespace
+
+int gemm_wgmma_sms() { return device_info().sms; }
+
+bool gemm_wgmma_splitk(const bf16* x, const bf16* w, float* partials, int64_t M, int64_t N, int64_t K, int splits,
+                       int k_steps_per_split, cudaStream_t stream) {
+  if (!wgmma_shape_ok(x, w, M, N, K) || splits < 1 || splits > 65535 || k_steps_per_split < 1) return false;
+  if (int64_t(splits - 1) * k_steps_per_split >= (K + WG_BK - 1) / WG_BK) return false;  // an empty slice
+  if (!device_info().ok) return false;
+  CUtensorMap mx, mw;
+  if (!make_map(&mx, x, M, K, WG_BM) || !make_map(&mw, w, N, K, 128)) return false;
+  launch_wgmma<WgCfg128>(mx, mw, nullptr, partials, OutMode::store_f32, M, N, K, stream, splits, k_steps_per_split);
+  return true;
+}
+
+bool gemm_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                int64_t K, cudaStream_t stream) {
+  if (!wgmma_shape_ok(x, w, M, N, K)) return false;
   DeviceInfo dev = device_info();
   if (!dev.ok) return false;
   // 128x256 tiles when they make at least one full wave, else 128x128 (twice the blocks).

@@ -13,4 +13,13 @@ bool gemm_wgmma_available();
 bool gemm_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
                 int64_t K, cudaStream_t stream);
 
+// Split-K partial pass (gemm.cu's gemm_splitk): `splits` slices of k_steps_per_split 64-wide K steps
+// (128x128 tiles, grid z = slice); slice z writes its fp32 partial x . W^T over its K range, without
+// bias, to partials + z * M * N. Returns false and launches nothing when it cannot run (as gemm_wgmma,
+// or a slice would be empty).
+bool gemm_wgmma_splitk(const bf16* x, const bf16* w, float* partials, int64_t M, int64_t N, int64_t K, int splits,
+                       int k_steps_per_split, cudaStream_t stream);
+// The current device's SM count when gemm_wgmma_available(), else 0.
+int gemm_wgmma_sms();
+
 }  // namespace kiln::cuda

@@ -3,6 +3,7 @@
 //   gemv: decode batches, M <= 16: memory-bound, streams W once with 16-byte loads straight into
 //         mma.sync fragments (W read once for all M rows; see gemv.cu).
 //   gemm: prefill, any M: tensor cores (mma.sync m16n8k16, ldmatrix, cp.async pipeline; gemm.cu).
+//   gemm_splitk: batched decode, kGemvMaxRows < M <= kSplitKMaxRows (design below).
 //   matmul: picks one by M. Both need no alignment beyond that of cudaMalloc rows; K % 8 != 0
 //   takes a slow scalar path (no model has such a K; tests cover it).
 #pragma once
@@ -12,6 +13,32 @@
 namespace kiln::cuda {
 
 constexpr int kGemvMaxRows = 16;
+
+// Split-K GEMM for batched decode (16 < M <= 256). There the products are memory-bound (W, N*K*2
+// bytes, dominates) but the GEMM's grid is too small to stream W at the copy bandwidth: at M = 64,
+// o / down (N = 4096) make 32 tiles of 128x128 for 132 SMs, and a resident block streams only
+// ~22-42 GB/s (latency-bound), so o ran at 0.89 TB/s and down at 1.37 (H200 profile, b = 64).
+// gemm_splitk splits K into S slices: block (m tile, n tile, z) multiplies its tile over K slice z
+// (the same wgmma + TMA kernel as gemm v4, 128x128 tiles, or the mma.sync v2 kernel where wgmma
+// cannot run) and stores the fp32 partial, without bias, to slice z of a workspace (S, M, N); a
+// second kernel sums the S slices in slice order 0..S-1 (fixed: the result is bit-reproducible,
+// whatever order the blocks ran in), adds the bias and writes y per OutMode. S is chosen on the host
+// from M, N, K and the SM count only (a time model of waves of resident blocks plus the reduce; see
+// gemm.cu); S = 1 (no gain predicted, e.g. gate_up / lm_head whose grids already fill the GPU) runs
+// the unsplit default GEMM. The workspace is the caller's (the CUDA backend carves it from its
+// activation arena: a fixed address, so captured graphs stay valid) and caps S at floats / (M * N).
+// Alternative considered: a GEMV-style kernel (gemv v2: W in registers, read once for all M rows)
+// generalized to M = 64..256; it needs M / 8 MMAs per weight load and 4-16x the activation
+// fragments per lane, i.e. a new kernel per M range; split-K reuses the tested tile kernels.
+// KILN_GEMM_SPLITK: unset / "auto" = the choice above, "0" = never split (the previous path, for
+// comparison), n = force n slices in matmul.
+constexpr int64_t kSplitKMaxRows = 256;
+constexpr int kSplitKMaxSplits = 16;                            // the auto choice's (and env's) limit
+constexpr int64_t kSplitKWorkspaceFloats = int64_t(4) << 20;    // 16 MB: S * M * N for every Llama shape
+struct MatmulWorkspace {
+  float* data = nullptr;  // 16-byte aligned
+  int64_t floats = 0;
+};
 
 void gemv(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
           cudaStream_t stream);
@@ -25,11 +52,25 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
 int gemm_versions();
 void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream);
+// Split-K: the number of K slices gemm_splitk would use (1 = it runs the unsplit gemm_version).
+// version: 0 = default (wgmma partials on sm_90a, else mma.sync v2), 2 = mma.sync v2, 4 = wgmma (v2
+// where it cannot run); splits: 0 = auto, n >= 1 = n slices (fewer when K has fewer steps, or the
+// workspace holds fewer slices of M * N floats).
+int gemm_splitk_plan(int version, int splits, int64_t M, int64_t N, int64_t K, int64_t workspace_floats);
+// y = x . W^T (+ bias) per mode with K split as gemm_splitk_plan says; returns the slices used. Any M.
+int gemm_splitk(int version, int splits, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
+                int64_t M, int64_t N, int64_t K, MatmulWorkspace ws, cudaStream_t stream);
+// matmul's split-K step: runs gemm_splitk (auto or KILN_GEMM_SPLITK slices) and returns true when
+// kGemvMaxRows < M <= kSplitKMaxRows, ws is given and KILN_GEMM_SPLITK is not "0"; else false.
+bool matmul_splitk(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                   int64_t K, MatmulWorkspace ws, cudaStream_t stream);
+
+// ws: split-K scratch for kGemvMaxRows < M <= kSplitKMaxRows (without it those M run the unsplit gemm).
 inline void matmul(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
-                   int64_t K, cudaStream_t stream) {
+                   int64_t K, cudaStream_t stream, MatmulWorkspace ws = {}) {
   if (M <= kGemvMaxRows)
     gemv(x, w, bias, y, mode, M, N, K, stream);
-  else
+  else if (!matmul_splitk(x, w, bias, y, mode, M, N, K, ws, stream))
     gemm(x, w, bias, y, mode, M, N, K, stream);
 }
 
