@@ -34,8 +34,18 @@ else
   echo "missing $BUILD/bench/kernel_lab"; lab_rc=127; status=1
 fi
 
-# Hook for whole-model runs (`kiln bench ...`): add commands to KILN_BENCH_CMDS, one per line,
-# e.g. KILN_BENCH_CMDS="$BUILD/tools/kiln bench --preset llama3-8b --per-kernel". Each one's
+echo "== engine and profile (Llama-3-8B shape, random bf16 weights)"
+K="$BUILD/tools/kiln"
+"$K" profile --calibrate >"$OUT/profile_calibrate.log" 2>&1 || status=1
+for b in 1 64; do
+  "$K" profile --random llama3-8b -b $b -c 512 --json "$OUT/profile_b$b.json" --svg "$OUT/roofline_b$b.svg" \
+    >"$OUT/profile_b$b.log" 2>&1 || status=1
+done
+"$K" bench throughput --random llama3-8b --num-prompts 2048 --input-len 128 --output-len 128 --max-num-seqs 256 \
+  --max-num-batched-tokens 8192 --temperature 0 --json "$OUT/throughput.json" >"$OUT/throughput.log" 2>&1 || status=1
+"$K" bench --random llama3-8b -p 512,2048 -n 128 -r 3 --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || status=1
+
+# Hook for more whole-model runs: add commands to KILN_BENCH_CMDS, one per line. Each one's
 # output goes to $OUT/kiln_bench_N.log.
 n=0
 while IFS= read -r cmd; do
@@ -62,5 +72,11 @@ for r in d['results']:
     print(f"{r['kernel']:10} {r['shape']:28} {r['version']:7} {r['us']:9.1f} {r['gbs']:7.0f} {r['pct_copy']:6.1f} {r['tflops']:8.1f} {r['pct_peak']:6.1f}")
 PY
 fi
+echo
+echo "== end to end (Llama-3-8B shape, bf16)"
+tail -1 "$OUT/profile_calibrate.log" 2>/dev/null
+grep -h "sum of kernels" "$OUT"/profile_b*.log 2>/dev/null
+grep -h "^Throughput" "$OUT/throughput.log" 2>/dev/null
+grep -hE "^\|\s+(pp|tg)" "$OUT/bench.log" 2>/dev/null
 echo "lab rc=$lab_rc; logs in $OUT"
 exit $status
