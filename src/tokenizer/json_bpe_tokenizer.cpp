@@ -22,18 +22,6 @@ constexpr std::array<std::string_view, 7> kEndOfTurnTexts = {
     "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>",
 };
 
-std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  out.reserve(s.size());
-  size_t pos = 0;
-  for (size_t hit; (hit = s.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
-    out.append(s.substr(pos, hit - pos));
-    out.append(to);
-  }
-  out.append(s.substr(pos));
-  return out;
-}
-
 // Whitespace as Rust's char::is_whitespace (what Hugging Face's lstrip/rstrip absorb).
 bool is_whitespace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||

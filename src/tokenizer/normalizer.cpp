@@ -6,6 +6,7 @@
 #include <utf8proc.h>
 
 #include "core/check.h"
+#include "tokenizer/token_map.h"
 #include "tokenizer/utf8.h"
 
 namespace kiln {
@@ -64,19 +65,9 @@ std::string Normalizer::apply(std::string_view text) const {
       case Step::prepend:
         if (!s.empty()) s.insert(0, step.content);
         break;
-      case Step::replace: {
-        if (step.pattern.empty()) break;
-        std::string r;
-        r.reserve(s.size());
-        size_t pos = 0;
-        for (size_t hit; (hit = s.find(step.pattern, pos)) != std::string::npos; pos = hit + step.pattern.size()) {
-          r.append(s, pos, hit - pos);
-          r += step.content;
-        }
-        r.append(s, pos);
-        s = std::move(r);
+      case Step::replace:
+        if (!step.pattern.empty()) s = replace_all(s, step.pattern, step.content);
         break;
-      }
     }
   }
   return s;

@@ -17,18 +17,6 @@ TokenType type_of(const SpmVocab& vocab, size_t id) {
   return vocab.types.empty() ? TokenType::normal : vocab.types[id];
 }
 
-std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  out.reserve(s.size());
-  size_t pos = 0;
-  for (size_t hit; (hit = s.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
-    out.append(s.substr(pos, hit - pos));
-    out.append(to);
-  }
-  out.append(s.substr(pos));
-  return out;
-}
-
 const SpmVocab& validated(const SpmVocab& vocab) {
   const size_t n = vocab.tokens.size();
   KILN_CHECK(n > 0 && n <= size_t(INT32_MAX), invalid_model, "the tokenizer vocabulary has {} tokens", n);

@@ -1,5 +1,5 @@
-// Small types the tokenizers share: the token kinds GGUF records, and a string -> id map that
-// string_views can query without building a string.
+// Small things the tokenizers share: the token kinds GGUF records, a string -> id map that
+// string_views can query without building a string, and string replacement.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,10 @@ struct StringViewHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 using TokenIdMap = std::unordered_map<std::string, int32_t, StringViewHash, std::equal_to<>>;
+
+// `s` with every occurrence of `from` (not empty) replaced by `to`: how SentencePiece spells
+// spaces as "▁" and back.
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to);
 
 // The id `map` gives `text`, or -1.
 inline int32_t lookup(const TokenIdMap& map, std::string_view text) {

@@ -35,45 +35,42 @@ int32_t read_token_id(const gguf::GgufFile& file, std::string_view key, size_t n
   return int32_t(*id);
 }
 
-std::unique_ptr<Tokenizer> bpe_from_gguf(const gguf::GgufFile& file) {
-  BpeVocab vocab;
+// What every GGUF vocabulary has, whatever its model: tokens, their types, BOS/EOS and the other
+// end-of-turn ids. Vocab is BpeVocab or SpmVocab (same field names).
+template <typename Vocab>
+void read_common_vocab(const gguf::GgufFile& file, Vocab& vocab) {
   const std::vector<std::string>* tokens = file.get_string_array("tokenizer.ggml.tokens");
   KILN_CHECK(tokens != nullptr && !tokens->empty(), invalid_model,
              "the GGUF has no vocabulary (tokenizer.ggml.tokens is missing or empty)");
   vocab.tokens = *tokens;
   const size_t n = vocab.tokens.size();
   vocab.types = read_token_types(file, n);
-  if (const std::vector<std::string>* merges = file.get_string_array("tokenizer.ggml.merges")) vocab.merges = *merges;
-  // A missing pre-tokenizer means an old converter; llama.cpp falls back to "default" too.
-  vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
   vocab.bos_id = read_token_id(file, "tokenizer.ggml.bos_token_id", n);
   vocab.eos_id = read_token_id(file, "tokenizer.ggml.eos_token_id", n);
   for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     const int32_t id = read_token_id(file, key, n);
     if (id >= 0) vocab.extra_end_ids.push_back(id);
   }
+}
+
+std::unique_ptr<Tokenizer> bpe_from_gguf(const gguf::GgufFile& file) {
+  BpeVocab vocab;
+  read_common_vocab(file, vocab);
+  if (const std::vector<std::string>* merges = file.get_string_array("tokenizer.ggml.merges")) vocab.merges = *merges;
+  // A missing pre-tokenizer means an old converter; llama.cpp falls back to "default" too.
+  vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
   vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
   return std::make_unique<BpeTokenizer>(std::move(vocab));
 }
 
 std::unique_ptr<Tokenizer> spm_from_gguf(const gguf::GgufFile& file) {
   SpmVocab vocab;
-  const std::vector<std::string>* tokens = file.get_string_array("tokenizer.ggml.tokens");
-  KILN_CHECK(tokens != nullptr && !tokens->empty(), invalid_model,
-             "the GGUF has no vocabulary (tokenizer.ggml.tokens is missing or empty)");
-  vocab.tokens = *tokens;
+  read_common_vocab(file, vocab);
   const size_t n = vocab.tokens.size();
-  vocab.types = read_token_types(file, n);
   const std::vector<double>* scores = file.get_number_array("tokenizer.ggml.scores");
   KILN_CHECK(scores != nullptr, invalid_model, "a SentencePiece vocabulary needs tokenizer.ggml.scores; the GGUF has none");
   vocab.scores.assign(scores->begin(), scores->end());
-  vocab.bos_id = read_token_id(file, "tokenizer.ggml.bos_token_id", n);
-  vocab.eos_id = read_token_id(file, "tokenizer.ggml.eos_token_id", n);
   vocab.unk_id = read_token_id(file, "tokenizer.ggml.unknown_token_id", n);
-  for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-    const int32_t id = read_token_id(file, key, n);
-    if (id >= 0) vocab.extra_end_ids.push_back(id);
-  }
   // llama.cpp's defaults for SentencePiece vocabularies: BOS yes, space prefix yes.
   vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
   vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
