@@ -40,7 +40,9 @@ class Page:
 @pytest.fixture()
 def browser():
     profile = tempfile.mkdtemp(prefix="kiln-chromium-")
+    # --disable-dev-shm-usage: containers often have a tiny /dev/shm, which crashes the renderer.
     proc = subprocess.Popen([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                             "--disable-dev-shm-usage",
                              "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={profile}",
                              "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     port_file = pathlib.Path(profile) / "DevToolsActivePort"
