@@ -156,7 +156,13 @@ def main():
     c, r = request(host, port, "/v1/completions", json.dumps({"prompt": "warm up", "max_tokens": 8}), headers)
     r.read()
     c.close()
+    # The baseline is the idle server: wait until the warm-up has left the engine.
+    t_idle = time.time()
     base = metrics(host, port)
+    while time.time() - t_idle < 10 and (base["kiln:num_requests_running"] or base["kiln:num_requests_waiting"] or
+                                         base["kiln:kv_cache_blocks_used"]):
+        time.sleep(0.1)
+        base = metrics(host, port)
     print(f"soak: {args.duration:.0f} s, {args.concurrency} workers, baseline RSS "
           f"{base['process_resident_memory_bytes'] / 2**20:.1f} MiB, KV blocks used {base['kiln:kv_cache_blocks_used']:.0f}"
           f" of {base['kiln:kv_cache_blocks_total']:.0f}", flush=True)

@@ -154,6 +154,9 @@ struct Engine::Impl {
   void step() {
     const StepPlan plan = scheduler->schedule();
     std::vector<SampledToken> sampled;
+    // Events go out after the scheduler and the stats have taken the step in, so a client that
+    // sees its request finish also sees its KV blocks freed in stats() (and in /metrics).
+    std::vector<std::pair<Live*, GenerationEvent>> events;
     const auto t0 = Clock::now();
     if (!plan.empty()) {
       std::vector<BatchEntry> entries;
@@ -186,7 +189,7 @@ struct Engine::Impl {
         ev.finished = stop || r.generated >= r.request.max_tokens;
         if (ev.finished) ev.finish_reason = stop ? "stop" : "length";
         sampled.push_back({c.id, token, stop});
-        r.on_event(ev);
+        events.emplace_back(&r, std::move(ev));
       }
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -199,12 +202,16 @@ struct Engine::Impl {
       bytes = profile::batch_cost(backend.config(), shapes, int64_t(sampled.size()), widths).bytes;
     }
     const std::vector<FinishedRequest> finished = scheduler->on_step_done(sampled);
+    record_step(plan, sampled.size(), seconds, bytes);
+    for (auto& [r, ev] : events) r->on_event(ev);
     for (const FinishedRequest& f : finished) retire(f.id);
+  }
 
+  void record_step(const StepPlan& plan, size_t n_sampled, double seconds, double bytes) {
     std::lock_guard lock(mutex);
     ++stats.steps_total;
     stats.prompt_tokens_total += plan.stats.prefill_tokens;
-    stats.generation_tokens_total += int64_t(sampled.size());
+    stats.generation_tokens_total += int64_t(n_sampled);
     stats.last_step_seqs = plan.stats.num_seqs;
     stats.last_step_tokens = plan.num_tokens();
     stats.last_step_seconds = seconds;

@@ -92,6 +92,8 @@ TEST(Engine, CancelEndsTheRequestAndFreesItsBlocks) {
   std::atomic<int64_t> id{0};
   std::atomic<bool> cancelled{false};
   id = engine.submit(greedy(prompt_of(1, 8), 1000), [&](const GenerationEvent& ev) {
+    // The engine may emit before submit() has returned the id to this thread: wait for it.
+    while (id.load() == 0) std::this_thread::yield();
     if (ev.token >= 0 && ++tokens == 3 && !cancelled.exchange(true)) engine.cancel(id);  // from the callback itself
     if (ev.finished) reason.set_value(ev.finish_reason);
   });
