@@ -3,8 +3,10 @@
 # figures that explain a kernel: duration, DRAM and SM throughput (% of peak), achieved
 # occupancy, registers, shared memory, L2 hit rate and the top warp-stall reasons. Clocks are
 # left alone (--clock-control none), as the device notes ask. docs/PERFORMANCE.md cites these tables.
-#   scripts/ncu_kernels.sh BUNDLE_DIR [KERNEL_REGEX] [LAUNCH_COUNT] [-- kiln profile args...]
+#   [NCU_SKIP=N] scripts/ncu_kernels.sh BUNDLE_DIR [KERNEL_REGEX] [LAUNCH_COUNT] [-- kiln profile args...]
 # e.g. scripts/ncu_kernels.sh gpu-bundle 'gemm|gemv' 8 -- --random llama3-8b -b 64 -c 512 --steps 1
+# NCU_SKIP skips that many matching launches first (e.g. the prefill that fills the cache before a
+# decode profile: 64 sequences x 512 tokens = 16 steps x 32 layers x 4 GEMMs = 2048).
 set -euo pipefail
 BUNDLE="${1:-gpu-bundle}"
 REGEX="${2:-gemv|gemm|attention|rmsnorm|rope}"
@@ -21,7 +23,7 @@ METRICS+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.
 METRICS+=,launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static
 METRICS+=,lts__t_sector_hit_rate.pct,launch__grid_size,launch__block_size
 for s in "${STALLS[@]}"; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
-ncu --clock-control none --kernel-name "regex:$REGEX" --launch-count "$COUNT" --csv --page raw --print-units base \
+ncu --clock-control none --kernel-name "regex:$REGEX" --launch-skip "${NCU_SKIP:-0}" --launch-count "$COUNT" --csv --page raw --print-units base \
   --metrics "$METRICS" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu_raw.csv" 2>"$OUTDIR/ncu.log" || {
   echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }
 python3 - "$OUTDIR/ncu_raw.csv" <<'PY' | tee "$OUTDIR/ncu_table.txt"
@@ -41,7 +43,7 @@ def num(r, name):
 stall_cols = [c for c in head if c.startswith("smsp__average_warps_issue_stalled_")]
 print(f"{'kernel':48} {'us':>8} {'DRAM%':>6} {'SM%':>6} {'occ%':>5} {'regs':>5} {'smem KB':>8} {'L2 hit%':>7}  top stalls (cycles per issue)")
 for r in data:
-    name = get(r, "Kernel Name")[:48]
+    name = get(r, "Kernel Name").replace("(anonymous namespace)::", "")[:48]
     smem = (num(r, "launch__shared_mem_per_block_dynamic") + num(r, "launch__shared_mem_per_block_static")) / 1024
     stalls = sorted(((num(r, c), c.replace("smsp__average_warps_issue_stalled_", "").replace("_per_issue_active.ratio", ""))
                      for c in stall_cols), reverse=True)[:3]
