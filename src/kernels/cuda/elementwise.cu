@@ -49,6 +49,11 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
 // One block per token. Thread i of the rotation loop owns pair i for every head, so each angle's
 // sin/cos is computed once. Angles in double, reduced mod 2 pi: fp32 pos * freq loses digits at
 // long context (the CPU reference does the same).
+// kSlots: K/V rows go to slots of a paged pool (the batched path); otherwise to (sequence,
+// position) of a contiguous cache, with the contiguous address computed at compile time: this
+// kernel is latency-bound at one token, and a runtime choice of addressing in its inner loop cost
+// 45% (13.6 -> 19.7 µs per call, 0.2 ms of a decode step, measured on the H200).
+template <bool kSlots>
 __global__ void rope_qkv_kernel(const bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
                                 const int32_t* __restrict__ seq_ids, const int32_t* __restrict__ slots,
                                 const float* __restrict__ inv_freq, int rot_dim,
@@ -60,8 +65,14 @@ __global__ void rope_qkv_kernel(const bf16* __restrict__ qkv, const int32_t* __r
   const int64_t pos = positions[t];
   const int seq = seq_ids ? seq_ids[t] : 0;
   // Where K/V head h of this token goes: by slot (paged pool) or by (sequence, position).
-  const int64_t slot = slots ? int64_t(slots[t]) : -1;
-  auto kv_at = [&](int h) { return slots ? kv.slot_offset(slot, h) : kv.offset(seq, pos, h); };
+  const int64_t slot = kSlots ? int64_t(slots[t]) : -1;
+  auto kv_at = [&](int h) {
+    if constexpr (kSlots) {
+      return kv.slot_offset(slot, h);
+    } else {
+      return kv.offset_as<false>(seq, pos, h);
+    }
+  };
   bf16* qo = q_out + int64_t(t) * q_dim;
   const int half = rot_dim / 2;
 
@@ -132,8 +143,9 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
               int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
               cudaStream_t stream) {
   if (n == 0) return;
-  rope_qkv_kernel<<<unsigned(n), 128, 0, stream>>>(qkv, positions, seq_ids, nullptr, inv_freq, rot_dim, interleaved,
-                                                   n_heads, n_kv_heads, head_dim, q_out, kv);
+  KILN_CUDA_REQUIRE(!kv.paged(), "rope_qkv writes a contiguous cache; a paged pool goes through rope_qkv_slots");
+  rope_qkv_kernel<false><<<unsigned(n), 128, 0, stream>>>(qkv, positions, seq_ids, nullptr, inv_freq, rot_dim,
+                                                          interleaved, n_heads, n_kv_heads, head_dim, q_out, kv);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -143,8 +155,8 @@ void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* sl
   if (n == 0) return;
   KILN_CUDA_REQUIRE(slots != nullptr, "rope_qkv_slots: slots are required");
   KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
-  rope_qkv_kernel<<<unsigned(n), 128, 0, stream>>>(qkv, positions, nullptr, slots, inv_freq, rot_dim, interleaved,
-                                                   n_heads, n_kv_heads, head_dim, q_out, pool);
+  rope_qkv_kernel<true><<<unsigned(n), 128, 0, stream>>>(qkv, positions, nullptr, slots, inv_freq, rot_dim,
+                                                         interleaved, n_heads, n_kv_heads, head_dim, q_out, pool);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
