@@ -1,8 +1,8 @@
 #include "backend/backend.h"
 
 #include <algorithm>
-#include <cmath>
 
+#include "core/argmax.h"
 #include "core/check.h"
 
 namespace kiln {
@@ -30,14 +30,9 @@ std::unique_ptr<KvPool> Backend::new_kv_pool(int32_t, int32_t) {
 
 void Backend::host_argmax(const std::vector<float>& logits, std::vector<int32_t>& argmax) const {
   const size_t vocab = size_t(config().vocab_size), rows = logits.size() / vocab;
-  argmax.assign(rows, 0);
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = logits.data() + r * vocab;
-    int32_t best = -1;
-    for (size_t i = 0; i < vocab; ++i)
-      if (!std::isnan(row[i]) && (best < 0 || row[i] > row[size_t(best)])) best = int32_t(i);
-    argmax[r] = std::max(best, 0);
-  }
+  argmax.resize(rows);
+  for (size_t r = 0; r < rows; ++r)
+    argmax[r] = std::max(kiln::argmax(std::span<const float>(logits).subspan(r * vocab, vocab)), 0);
 }
 
 void Backend::forward_batch_impl(KvPool&, std::span<const BatchEntry>, std::vector<float>&, std::vector<int32_t>*) {

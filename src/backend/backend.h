@@ -95,7 +95,8 @@ class Backend {
  protected:
   virtual void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
                                   std::vector<int32_t>* argmax);
-  // Fills argmax from the logits on the host: for backends without a device argmax.
+  // Fills argmax from the logits on the host (core/argmax.h per row): for backends without a
+  // device argmax.
   void host_argmax(const std::vector<float>& logits, std::vector<int32_t>& argmax) const;
   virtual void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                             std::vector<float>& logits) = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "core/argmax.h"
 #include "core/check.h"
 
 namespace kiln {
@@ -26,11 +27,7 @@ void SamplingParams::validate() const {
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { params_.validate(); }
 
 int32_t Sampler::argmax(std::span<const float> logits) {
-  // Ties go to the lowest id, as in llama.cpp and PyTorch; NaN never wins (std::max_element's
-  // answer would depend on where the NaN sits).
-  int32_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (!std::isnan(logits[i]) && (best < 0 || logits[i] > logits[size_t(best)])) best = int32_t(i);
+  const int32_t best = kiln::argmax(logits);
   KILN_CHECK(best >= 0, invalid_argument, "every logit is NaN");
   return best;
 }

@@ -3,16 +3,11 @@
 #include <array>
 
 #include "core/check.h"
+#include "tokenizer/token_map.h"
 #include "tokenizer/byte_level.h"
 
 namespace kiln {
 namespace {
-
-// Texts of the tokens that end a turn in the chat formats kiln serves (ChatML, Llama 3, Gemma,
-// Phi, GPT-2 style documents). llama.cpp recognises the same texts when a GGUF names no EOT id.
-constexpr std::array<std::string_view, 7> kEndOfTurnTexts = {
-    "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>",
-};
 
 bool is_added_token(TokenType type) { return type == TokenType::control || type == TokenType::user_defined; }
 

@@ -17,11 +17,6 @@ namespace {
 using Spec = TokenizerJsonSpec;
 using AddedToken = TokenizerJsonSpec::AddedToken;
 
-// The same texts BpeTokenizer treats as end-of-turn when the vocabulary has them.
-constexpr std::array<std::string_view, 7> kEndOfTurnTexts = {
-    "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>",
-};
-
 // Whitespace as Rust's char::is_whitespace (what Hugging Face's lstrip/rstrip absorb).
 bool is_whitespace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||

@@ -4,14 +4,13 @@
 #include <array>
 
 #include "core/check.h"
+#include "tokenizer/token_map.h"
 #include "tokenizer/utf8.h"
 
 namespace kiln {
 namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-
-constexpr std::array<std::string_view, 4> kEndOfTurnTexts = {"</s>", "<|im_end|>", "<end_of_turn>", "<|end|>"};
 
 TokenType type_of(const SpmVocab& vocab, size_t id) {
   return vocab.types.empty() ? TokenType::normal : vocab.types[id];

@@ -2,6 +2,7 @@
 // string_views can query without building a string, and string replacement.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -26,6 +27,13 @@ struct StringViewHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 using TokenIdMap = std::unordered_map<std::string, int32_t, StringViewHash, std::equal_to<>>;
+
+// Texts of the tokens that end a turn in the chat formats kiln serves (ChatML, Llama 3, Gemma, Phi,
+// Llama 2 / Mistral, GPT-2 style documents): every tokenizer marks the ones its vocabulary has as
+// end-of-generation, as llama.cpp does when a GGUF names no EOT id.
+inline constexpr std::array<std::string_view, 7> kEndOfTurnTexts = {
+    "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>",
+};
 
 // `s` with every occurrence of `from` (not empty) replaced by `to`: how SentencePiece spells
 // spaces as "▁" and back.

@@ -24,10 +24,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "core/argmax.h"
 #include "core/check.h"
 #include "kernels/cuda/sampling.h"
 
@@ -145,18 +145,6 @@ class CudaKvPool final : public KvPool {
   };
   std::map<std::pair<int64_t, int64_t>, Graph> graphs;  // (batch bucket, table width) -> graph
 };
-
-// Argmax of host rows (lowest id on ties, NaN never): the rare path that did not use the device.
-void argmax_rows_on_host(const std::vector<float>& logits, int64_t vocab, std::vector<int32_t>& out) {
-  out.clear();
-  for (size_t r = 0; r * size_t(vocab) < logits.size(); ++r) {
-    const float* row = logits.data() + r * size_t(vocab);
-    int32_t best = 0;
-    for (int64_t i = 0; i < vocab; ++i)
-      if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = int32_t(i);
-    out.push_back(best);
-  }
-}
 
 // Copies a step's results to the host. `device_logits` holds one row per entry of `rows_entries`
 // (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
@@ -323,7 +311,11 @@ void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries,
       KILN_CUDA_CHECK(cudaMemcpyAsync(logits.data() + r * size_t(vocab), pool.act.logits + row_entries[r] * size_t(vocab),
                                       size_t(vocab) * 4, cudaMemcpyDeviceToHost, m.s()));
     KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
-    if (argmax) argmax_rows_on_host(logits, vocab, *argmax);
+    if (argmax) {
+      argmax->resize(row_entries.size());
+      for (size_t r = 0; r < row_entries.size(); ++r)
+        (*argmax)[r] = std::max(kiln::argmax(std::span<const float>(logits).subspan(r * size_t(vocab), size_t(vocab))), 0);
+    }
   }
   if (m.profiling) m.collect_timings();
 }
