@@ -1,7 +1,5 @@
 // kiln run: generate a completion for one prompt, streamed to stdout; timings to stderr.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/core.h>
 
@@ -23,19 +21,11 @@ struct RunOptions {
   SamplingParams sampling;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), io, "cannot read prompt file '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void run(const RunOptions& o) {
   o.sampling.validate();
   KILN_CHECK(o.n_predict >= 0, invalid_argument, "-n/--n-predict must be >= 0, got {}", o.n_predict);
   KILN_CHECK(o.ctx_size > 0, invalid_argument, "-c/--ctx-size must be positive, got {}", o.ctx_size);
-  std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+  std::string prompt = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
   KILN_CHECK(!prompt.empty(), invalid_argument, "no prompt: pass -p TEXT or -f FILE");
 
   ThreadPool pool(o.m.threads);

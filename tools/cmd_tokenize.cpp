@@ -4,10 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
-#include <sstream>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -36,16 +33,6 @@ struct DetokenizeOptions {
   std::string model;
   std::string ids;
 };
-
-std::string read_all(std::istream& in) {
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), io, "cannot read '{}'", path);
-  return read_all(in);
-}
 
 // The tokenizer of -m: a tokenizer.json file itself, or any model kiln loads (without weights).
 struct TextModel {
@@ -84,7 +71,7 @@ void run_tokenize(const TokenizeOptions& o) {
   KILN_CHECK(o.prompt.empty() || o.file.empty(), invalid_argument, "pass the text with -p or -f, not both");
   const TextModel m = open_text_model(o.model);
   const Tokenizer& tok = m.tokenizer();
-  std::string text = !o.prompt.empty() ? o.prompt : !o.file.empty() ? read_file(o.file) : read_all(std::cin);
+  std::string text = !o.prompt.empty() ? o.prompt : !o.file.empty() ? read_text_file(o.file, "text file") : read_all(std::cin);
   bool add_bos = o.bos == "auto" ? tok.add_bos_default() : o.bos == "yes";
   if (o.chat) {
     std::vector<ChatMessage> messages;

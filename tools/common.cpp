@@ -100,6 +100,18 @@ BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_s
   return t;
 }
 
+std::string read_all(std::istream& in) {
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), io, "cannot read {} '{}'", what, path);
+  std::string text = read_all(in);
+  KILN_CHECK(!in.bad(), io, "error reading {} '{}'", what, path);
+  return text;
+}
+
 std::string choose_chat_template(const std::string& override_arg, const std::string& model_template) {
   if (override_arg.empty()) {
     KILN_CHECK(!model_template.empty(), invalid_argument,
@@ -108,9 +120,7 @@ std::string choose_chat_template(const std::string& override_arg, const std::str
   }
   std::error_code ec;
   if (!std::filesystem::is_regular_file(override_arg, ec)) return override_arg;  // the template text itself
-  std::ifstream in(override_arg, std::ios::binary);
-  KILN_CHECK(in.good(), io, "cannot read chat template '{}'", override_arg);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return read_text_file(override_arg, "chat template");
 }
 
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what) {

@@ -2,6 +2,7 @@
 // building the backend the user asked for.
 #pragma once
 
+#include <istream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ LoadedModel load_with_progress(const std::string& path, ThreadPool& pool);
 
 // "cpu" or "cuda" ("auto": cuda when this build has it and a GPU is present).
 std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& model, ThreadPool& pool);
+
+// The whole of a stream or a file (kiln::Error io naming `what` and the path when it cannot be read).
+std::string read_all(std::istream& in);
+std::string read_text_file(const std::string& path, const std::string& what);
 
 // The chat template to use: --chat-template's value (a file path, else the Jinja text itself)
 // when given, else the model's own; kiln::Error(invalid_argument) when there is neither.
