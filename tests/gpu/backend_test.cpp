@@ -7,30 +7,13 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "gpu_test_util.h"
+#include "gpu_test_models.h"
 #include "model/random_weights.h"
 
 namespace kiln::gputest {
 namespace {
 
 constexpr double kTolLogits = 3e-2;
-
-ModelConfig small_llama() {
-  ModelConfig c;
-  c.architecture = "llama";
-  c.name = "test-llama";
-  c.vocab_size = 500;
-  c.hidden_size = 256;
-  c.intermediate_size = 688;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 1;
-  c.head_dim = 64;
-  c.context_length = 512;
-  c.rope.theta = 10000.0f;
-  c.rope.rot_dim = 64;
-  c.rope.style = RopeStyle::half;
-  return c;
-}
 
 ModelConfig small_qwen_like() {  // qkv bias, head_dim 80, GQA 3, interleaved RoPE with llama3 scaling, tied
   ModelConfig c = small_llama();

@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "gpu_test_util.h"
+#include "gpu_test_models.h"
 #include "kiln/error.h"
 #include "model/random_weights.h"
 
@@ -24,20 +25,9 @@ namespace {
 constexpr double kTolLogits = 3e-2;  // as backend_test.cpp: bf16 activations vs the fp32 CPU
 
 ModelConfig batch_llama() {  // GQA 4, head_dim 64, half RoPE
-  ModelConfig c;
-  c.architecture = "llama";
+  ModelConfig c = small_llama();
   c.name = "batch-llama";
-  c.vocab_size = 500;
-  c.hidden_size = 256;
-  c.intermediate_size = 688;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 1;
-  c.head_dim = 64;
   c.context_length = 1024;
-  c.rope.theta = 10000.0f;
-  c.rope.rot_dim = 64;
-  c.rope.style = RopeStyle::half;
   return c;
 }
 

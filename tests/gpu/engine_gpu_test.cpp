@@ -15,26 +15,20 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "gpu_test_util.h"
+#include "gpu_test_models.h"
 #include "kiln/engine.h"
 
 namespace kiln::gputest {
 namespace {
 
 ModelConfig engine_config() {
-  ModelConfig c;
-  c.architecture = "llama";
+  ModelConfig c = small_llama();
   c.name = "engine-gpu";
   c.vocab_size = 512;
-  c.hidden_size = 256;
   c.intermediate_size = 640;
   c.n_layers = 2;
-  c.n_heads = 4;
   c.n_kv_heads = 2;
-  c.head_dim = 64;
   c.context_length = 2048;
-  c.rope.theta = 10000.0f;
-  c.rope.rot_dim = 64;
-  c.rope.style = RopeStyle::half;
   return c;
 }
 
