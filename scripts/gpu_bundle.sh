@@ -11,4 +11,8 @@ cp "$BUILD/src/libkiln_cuda.so" gpu-bundle/src/
 cp "$BUILD/tools/kiln" gpu-bundle/tools/
 cp "$BUILD/tests/kiln_gpu_tests" gpu-bundle/tests/
 cp "$BUILD/bench/kernel_lab" gpu-bundle/bench/
+# kiln profile times kernels with CUPTI, loaded with dlopen (4 MB); without it, it falls back to
+# CUDA events. The GPU machine's toolkit may lack it or have another version.
+CUPTI="$(find /usr/local/cuda/lib64/ /usr/local/cuda/lib/ -name 'libcupti.so.1*' 2>/dev/null | head -1)"
+[ -n "$CUPTI" ] && cp -L "$CUPTI" gpu-bundle/src/
 du -sh gpu-bundle

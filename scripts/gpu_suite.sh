@@ -4,8 +4,9 @@
 # Writes full logs under $OUT (default ./gpu-out) and prints a compact table last.
 set -uo pipefail
 BUILD="${1:-build}"
-# cuBLAS (the baseline in the kernel lab) comes from the GPU machine's CUDA toolkit.
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+# cuBLAS (the baseline in the kernel lab) comes from the GPU machine's CUDA toolkit; libcupti (kiln
+# profile's kernel timer) from the bundle first (gpu_bundle.sh copies this machine's).
+export LD_LIBRARY_PATH="$(cd "$BUILD" 2>/dev/null && pwd)/src:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
 OUT="${OUT:-./gpu-out}"
 mkdir -p "$OUT"
 status=0

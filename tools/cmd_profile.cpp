@@ -1,6 +1,7 @@
 // kiln profile: where each microsecond of a step goes. Runs a few decode steps of a batch at a
 // given context (or one prefill) on the CUDA backend, first untouched to measure the step time,
-// then with CUDA events around every launch; prints a table per kernel (calls, time, % of step,
+// then with every launch timed (CUPTI's kernel records where libcupti loads, else CUDA events
+// around each launch); prints a table per kernel (calls, time, % of step,
 // bytes and FLOPs from the cost model, GB/s, TFLOP/s, % of the measured ceilings, memory- or
 // compute-bound by arithmetic intensity), and writes JSON and an SVG roofline chart.
 // --calibrate measures the ceilings (copy bandwidth, bf16 tensor-core rate) and caches them.
@@ -157,6 +158,7 @@ void run_profile(const ProfileOptions& o) {
 
   const double ridge = roof.bf16_tflops * 1000 / roof.copy_gbs;  // FLOP per byte where the roofs meet
   fmt::print("{} | {} | {}\n", target.label, work.name, roof.gpu);
+  fmt::print("kernels timed by {}\n", backend.profiling_timer());
   fmt::print("ceilings: {:.0f} GB/s, {:.0f} TFLOP/s ({}); ridge at {:.0f} FLOP/byte\n", roof.copy_gbs,
              roof.bf16_tflops, roof.measured ? "measured by kiln profile --calibrate" : "assumed: GPU.md's H200 figures",
              ridge);
@@ -182,18 +184,28 @@ void run_profile(const ProfileOptions& o) {
   }
   const double kernels_ms = sum_ms / profiled;
   int64_t launches = 0;
-  for (const KernelStat& k : ks) launches += k.calls;
+  double idle_ms = 0;
+  for (const KernelStat& k : ks) {
+    launches += k.calls;
+    idle_ms += k.idle_ms;
+  }
   launches /= profiled;
-  fmt::print("sum of kernels {:.3f} ms per step (timed one by one) vs {:.3f} ms per step measured without profiling: "
+  idle_ms /= profiled;
+  fmt::print("sum of kernels {:.3f} ms per step vs {:.3f} ms per step measured without profiling: "
              "{:+.1f}% ({} launches; the step without CUDA graphs takes {:.3f} ms)\n",
              kernels_ms, step, 100 * (kernels_ms - step) / step, launches, eager);
+  if (idle_ms > 0)
+    fmt::print("of which GPU idle between kernels (launch gaps, charged to the kernel after each): {:.3f} ms "
+               "({:.1f}% of the kernels' sum)\n",
+               idle_ms, 100 * idle_ms / kernels_ms);
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", target.label},     {"workload", work.name},   {"gpu", roof.gpu},
                         {"copy_gbs", roof.copy_gbs}, {"bf16_tflops", roof.bf16_tflops},
                         {"ceilings_measured", roof.measured},
                         {"batch", o.batch},          {"context", o.context},     {"prefill", o.prefill},
                         {"step_ms", step},           {"step_ms_without_graphs", eager},
-                        {"launches_per_step", launches}, {"kernels_ms", kernels_ms}, {"kernels", rows}};
+                        {"launches_per_step", launches}, {"kernels_ms", kernels_ms}, {"idle_ms", idle_ms},
+                        {"timer", backend.profiling_timer()}, {"kernels", rows}};
     std::ofstream(o.json) << j.dump(2) << "\n";
   }
   if (!o.svg.empty()) {

@@ -1,9 +1,13 @@
 // Host-side weights of a Llama-family model, fp32, row-major (out_features, in_features):
-// what the CPU reference computes with and what the GPU backend uploads.
+// what the CPU reference computes with and what the GPU backend uploads. A quantized matrix also
+// carries its quantized form (`quant`); `data` then holds the dequantized values, so the CPU
+// reference computes exactly what dequantize-then-compute in fp32 gives.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "model/quantized_matrix.h"
 
 namespace kiln {
 
@@ -11,6 +15,7 @@ struct HostMatrix {
   std::vector<float> data;
   int64_t rows = 0;
   int64_t cols = 0;
+  QuantizedMatrix quant;  // format none for a dense matrix
 
   HostMatrix() = default;
   HostMatrix(int64_t r, int64_t c) : data(size_t(r * c)), rows(r), cols(c) {}

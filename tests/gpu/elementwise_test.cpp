@@ -25,7 +25,8 @@ TEST(GpuElementwise, EmbedGather) {
 
 TEST(GpuElementwise, RmsNormWithAndWithoutResidualAdd) {
   KILN_REQUIRE_GPU();
-  for (int64_t dim : {64, 576, 1000, 4096}) {
+  // 1001: the scalar path; the others the float4 path (without the residual add).
+  for (int64_t dim : {64, 576, 1000, 1001, 4096}) {
     for (bool add : {false, true}) {
       const int64_t rows = 3;
       auto x = random_bf16_values(size_t(rows * dim), 6, 3.0f);
@@ -103,20 +104,23 @@ TEST(GpuElementwise, RopeQkvBothStylesLlama3ScalingGqa) {
 
 TEST(GpuElementwise, SiluMul) {
   KILN_REQUIRE_GPU();
-  const int64_t rows = 3, inter = 1037;
-  auto gu = random_bf16_values(size_t(rows * 2 * inter), 10, 4.0f);
-  std::vector<float> g(size_t(rows * inter)), u(g.size()), ref(g.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < inter; ++i) {
-      g[size_t(r * inter + i)] = gu[size_t(r * 2 * inter + i)];
-      u[size_t(r * inter + i)] = gu[size_t(r * 2 * inter + inter + i)];
-    }
-  cpu::silu_mul(g.data(), u.data(), ref.data(), rows * inter);
-  auto d = to_device_bf16(gu);
-  DeviceBuffer<bf16> out(ref.size());
-  out.poison();
-  cuda::silu_mul(d.data(), out.data(), rows, inter, nullptr);
-  EXPECT_LT(rel_error(from_device_bf16(out), ref), kTolBf16Out);
+  // 1037: the one-element-per-thread path; 1024 and 136: eight columns per thread.
+  for (int64_t inter : {1037, 1024, 136}) {
+    const int64_t rows = 3;
+    auto gu = random_bf16_values(size_t(rows * 2 * inter), 10, 4.0f);
+    std::vector<float> g(size_t(rows * inter)), u(g.size()), ref(g.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < inter; ++i) {
+        g[size_t(r * inter + i)] = gu[size_t(r * 2 * inter + i)];
+        u[size_t(r * inter + i)] = gu[size_t(r * 2 * inter + inter + i)];
+      }
+    cpu::silu_mul(g.data(), u.data(), ref.data(), rows * inter);
+    auto d = to_device_bf16(gu);
+    DeviceBuffer<bf16> out(ref.size());
+    out.poison();
+    cuda::silu_mul(d.data(), out.data(), rows, inter, nullptr);
+    EXPECT_LT(rel_error(from_device_bf16(out), ref), kTolBf16Out) << "inter " << inter;
+  }
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 // for V; kernels address it only through kernels/cuda/kv_layout.h. The residual stream is fp32.
 // forward() runs chunks of up to max_chunk tokens; a single-token step (decode) is captured in a
 // CUDA graph per sequence on first use and replayed afterwards (token, position and length go
-// through device memory), unless graphs are turned off. Profiling mode times every launch with CUDA
-// events and accumulates per kernel name, with analytic bytes and FLOPs (graphs are bypassed).
+// through device memory), unless graphs are turned off. Profiling mode times every launch (CUPTI
+// kernel records, or CUDA events without CUPTI) and accumulates per kernel name, with analytic
+// bytes and FLOPs (graphs are bypassed).
 //
 // Continuous batching (forward_batch, cuda_batch.cpp): a KvPool is one bf16 allocation holding,
 // per layer, K and V as (num_blocks + 1, block_size, n_kv_heads, head_dim); block num_blocks is a
@@ -39,6 +40,7 @@ struct KernelStat {
   std::string name;
   int64_t calls = 0;
   double total_ms = 0;
+  double idle_ms = 0;  // of total_ms, the GPU idle before the kernels (launch gaps; CUPTI timer only)
   double bytes = 0;  // analytic minimum bytes moved, summed over calls
   double flops = 0;  // analytic FLOPs, summed over calls
 };
@@ -70,7 +72,10 @@ class CudaBackend final : public Backend {
 
   void set_use_graphs(bool on);
   bool use_graphs() const;
+  // Profiling times every launch (CUPTI kernel records where libcupti loads, else CUDA events) and
+  // accumulates kernel_stats(); graphs are bypassed while it is on.
   void set_profiling(bool on);
+  std::string profiling_timer() const;  // which timer the last set_profiling(true) chose, and why
   std::vector<KernelStat> kernel_stats() const;  // sorted by total time, largest first
   void reset_kernel_stats();
   int64_t weight_bytes() const;

@@ -8,12 +8,14 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cupti_kernel_timer.h"
 #include "backend/cuda/device_buffer.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
@@ -140,11 +142,16 @@ struct CudaBackend::Impl {
   cuda_backend::PinnedBuffer<float> host_logits;  // (vocab): the decode graph's output
 
   bool profiling = false;
+  // How launches are timed when profiling: CUPTI's kernel records where libcupti loads (nothing
+  // added between kernels), else CUDA events around each launch (~2 us of GPU time each; the
+  // fallback, and KILN_PROFILE_TIMER=events for comparison).
+  cuda::CuptiKernelTimer* cupti = nullptr;
+  std::string timer_note;  // which timer, and why not CUPTI
   static constexpr int64_t kProfileHoldMicroseconds = 8000;  // longer than queuing a decode step
   struct Pending {
     std::string name;
     double bytes, flops;
-    cudaEvent_t a, b;
+    cudaEvent_t a, b;  // unused with CUPTI
   };
   std::vector<Pending> pending;
   std::vector<cudaEvent_t> event_pool;
@@ -173,6 +180,14 @@ struct CudaBackend::Impl {
       ~NvtxRange() { nvtxRangePop(); }
     } nvtx_range(name);
     if (!profiling) return launch();
+    if (cupti) {
+      if (pending.empty()) cupti->start();
+      pending.push_back({name, bytes, flops, nullptr, nullptr});
+      cupti->begin_op(pending.size() - 1);
+      launch();
+      cupti->end_op();
+      return;
+    }
     while (event_pool.size() < events_used + 2) {  // at most two new events per launch
       cudaEvent_t e;
       KILN_CUDA_CHECK(cudaEventCreate(&e));
@@ -194,14 +209,32 @@ struct CudaBackend::Impl {
     pending.push_back({name, bytes, flops, a, b});
   }
 
+  void set_profiling(bool on) {
+    profiling = on;
+    if (!on) return;
+    std::string why_not;
+    const char* forced = std::getenv("KILN_PROFILE_TIMER");
+    cupti = forced && std::string(forced) == "events" ? nullptr : cuda::CuptiKernelTimer::open(&why_not);
+    timer_note = cupti ? "CUPTI kernel records"
+                       : "CUDA events around each launch (" + (why_not.empty() ? "KILN_PROFILE_TIMER=events" : why_not) + ")";
+  }
+
   void collect_timings() {  // after the stream is synchronized
-    for (const Pending& p : pending) {
+    if (pending.empty()) return;
+    std::vector<cuda::CuptiKernelTimer::OpTime> times;
+    if (cupti) times = cupti->stop(pending.size());
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Pending& p = pending[i];
       float ms = 0;
-      KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, p.a, p.b));
+      if (cupti)
+        ms = float(times[i].ms);
+      else
+        KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, p.a, p.b));
       KernelStat& st = stats[p.name];
       st.name = p.name;
       st.calls += 1;
       st.total_ms += ms;
+      if (cupti) st.idle_ms += times[i].idle_ms;
       st.bytes += p.bytes;
       st.flops += p.flops;
     }
