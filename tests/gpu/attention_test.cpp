@@ -13,11 +13,19 @@ struct Case {
 };
 const Case kCases[] = {{4, 4, 64}, {8, 2, 80}, {7, 1, 96}, {8, 2, 128}, {12, 1, 128}, {14, 2, 64}, {20, 1, 64}};
 
+// Whether impl is a tensor-core kernel of the right tile for head dim d ("wgmma-*" only for 64 and 128).
+bool fast_impl(const std::string& impl, int d) {
+  const std::string tile = d <= 64 ? "-d64" : "-d128";
+  if (impl == "mma" + tile) return true;
+  return impl == "wgmma" + tile && (d == 64 || d == 128);
+}
+
 // One prefill chunk against cpu::attention; q_offset shifts q (and out) by that many elements to
-// force the unaligned fallback. Returns the kernel the call selected.
-std::string check_prefill(Case cs, int64_t n_q, int64_t q_start, int64_t q_offset = 0) {
+// force the unaligned fallback. version 0: the default dispatch (returns the kernel it selected);
+// else that version through attention_prefill_version (returns "" when it cannot run the case).
+std::string check_prefill(Case cs, int64_t n_q, int64_t q_start, int64_t q_offset = 0, int version = 0) {
   SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d << " n_q " << n_q
-                                  << " q_start " << q_start << " q_offset " << q_offset);
+                                  << " q_start " << q_start << " q_offset " << q_offset << " version " << version);
   const int64_t n_kv = q_start + n_q, kv_dim = int64_t(cs.kv_heads) * cs.d;
   auto q = random_bf16_values(size_t(n_q * cs.heads * cs.d), 11, 2.0f);
   auto k = random_bf16_values(size_t(n_kv * kv_dim), 12, 2.0f);
@@ -30,29 +38,82 @@ std::string check_prefill(Case cs, int64_t n_q, int64_t q_start, int64_t q_offse
   DeviceBuffer<bf16> out(q_padded.size());
   out.poison();
   cuda::KvLayout kv{dk.data(), dv.data(), 0, kv_dim, cs.d};
-  cuda::attention_prefill(dq.data() + q_offset, kv, out.data() + q_offset, n_q, q_start, cs.heads, cs.kv_heads, cs.d,
-                          nullptr);
+  if (version == 0) {
+    cuda::attention_prefill(dq.data() + q_offset, kv, out.data() + q_offset, n_q, q_start, cs.heads, cs.kv_heads,
+                            cs.d, nullptr);
+  } else if (!cuda::attention_prefill_version(version, dq.data() + q_offset, kv, out.data() + q_offset, n_q, q_start,
+                                              cs.heads, cs.kv_heads, cs.d, nullptr)) {
+    return "";
+  }
   auto got = from_device_bf16(out);
   got.erase(got.begin(), got.begin() + q_offset);
   EXPECT_LT(rel_error(got, ref), kTolBf16Out);
-  return cuda::attention_prefill_impl(dq.data() + q_offset, kv, out.data() + q_offset, cs.d);
+  return version ? "ran" : cuda::attention_prefill_impl(dq.data() + q_offset, kv, out.data() + q_offset, cs.d);
 }
 
 TEST(GpuAttention, PrefillCausalGqaOddLengths) {
   KILN_REQUIRE_GPU();
   for (Case cs : kCases)
     for (auto [n_q, q_start] : {std::pair<int64_t, int64_t>{37, 0}, {37, 21}, {1, 70}, {100, 0}})
-      EXPECT_EQ(check_prefill(cs, n_q, q_start), cs.d <= 64 ? "mma-d64" : "mma-d128");
+      EXPECT_TRUE(fast_impl(check_prefill(cs, n_q, q_start), cs.d));
 }
 
-// The tensor-core path across tile edges: lengths not multiples of 64, q_start not a multiple of
-// 64 (the diagonal crosses two K/V tiles), exact multiples, and several query tiles.
+// The tensor-core paths across tile edges: lengths not multiples of 64 or 128, q_start not a
+// multiple of the tile (the diagonal crosses two K/V tiles), exact multiples, several query tiles.
+const std::pair<int64_t, int64_t> kTileEdges[] = {{64, 0}, {65, 0},  {200, 93}, {130, 67}, {64, 64}, {257, 0},
+                                                  {3, 190}, {127, 1}, {128, 0}, {129, 128}, {255, 1}, {300, 700}};
+
 TEST(GpuAttention, PrefillTensorCoreTileEdges) {
   KILN_REQUIRE_GPU();
   for (Case cs : kCases)
-    for (auto [n_q, q_start] : {std::pair<int64_t, int64_t>{64, 0}, {65, 0}, {200, 93}, {130, 67}, {64, 64},
-                                {257, 0}, {3, 190}, {127, 1}})
-      EXPECT_EQ(check_prefill(cs, n_q, q_start), cs.d <= 64 ? "mma-d64" : "mma-d128");
+    for (auto [n_q, q_start] : kTileEdges) EXPECT_TRUE(fast_impl(check_prefill(cs, n_q, q_start), cs.d));
+}
+
+// Version 2 (mma.sync) on purpose: the default on sm_90a is version 3 for head dims 64 and 128.
+TEST(GpuAttention, PrefillMmaSyncVersion) {
+  KILN_REQUIRE_GPU();
+  for (Case cs : kCases)
+    for (auto [n_q, q_start] : kTileEdges) EXPECT_EQ(check_prefill(cs, n_q, q_start, 0, 2), "ran");
+}
+
+// Versions 3 and 4 (wgmma, sm_90a) on purpose: odd lengths, chunked starts, GQA 1/4/12, head dims
+// 64 and 128.
+TEST(GpuAttention, PrefillWgmmaVersions) {
+  KILN_REQUIRE_GPU();
+  const Case cases[] = {{4, 4, 64}, {8, 2, 128}, {12, 1, 128}, {14, 2, 64}, {32, 8, 128}};
+  if (check_prefill(cases[0], 37, 0, 0, 3).empty()) GTEST_SKIP() << "versions 3 and 4 need sm_90a";
+  for (int version : {3, 4}) {
+    for (Case cs : cases)
+      for (auto [n_q, q_start] : kTileEdges) EXPECT_EQ(check_prefill(cs, n_q, q_start, 0, version), "ran");
+    for (auto [n_q, q_start] : {std::pair<int64_t, int64_t>{1, 0}, {1, 1}, {37, 21}, {1000, 0}, {513, 1029}})
+      EXPECT_EQ(check_prefill(Case{8, 2, 128}, n_q, q_start, 0, version), "ran");
+    EXPECT_EQ(check_prefill(Case{8, 2, 64}, 1500, 3, 0, version), "ran");
+    // Head dims 80 and 96 and unaligned pointers are not theirs.
+    EXPECT_EQ(check_prefill(Case{8, 2, 96}, 37, 0, 0, version), "");
+    EXPECT_EQ(check_prefill(Case{8, 2, 128}, 37, 0, 1, version), "");
+  }
+}
+
+// A long sequence (4096 + 37 tokens, 32/8 heads, d 128): versions 3 and 4 against version 2 (all
+// three are checked against the CPU above; here the wgmma pipelines run many tiles and blocks).
+TEST(GpuAttention, PrefillWgmmaMatchesMmaLong) {
+  KILN_REQUIRE_GPU();
+  const int heads = 32, kv_heads = 8, d = 128;
+  const int64_t n = 4096 + 37, kv_dim = kv_heads * d;
+  auto dq = to_device_bf16(random_bf16_values(size_t(n * heads * d), 71, 2.0f));
+  auto dk = to_device_bf16(random_bf16_values(size_t(n * kv_dim), 72, 2.0f));
+  auto dv = to_device_bf16(random_bf16_values(size_t(n * kv_dim), 73));
+  DeviceBuffer<bf16> o2(size_t(n * heads * d)), o3(o2.size());
+  o2.poison();
+  cuda::KvLayout kv{dk.data(), dv.data(), 0, kv_dim, d};
+  ASSERT_TRUE(cuda::attention_prefill_version(2, dq.data(), kv, o2.data(), n, 0, heads, kv_heads, d, nullptr));
+  const auto ref = from_device_bf16(o2);
+  for (int version : {3, 4}) {
+    o3.poison();
+    if (!cuda::attention_prefill_version(version, dq.data(), kv, o3.data(), n, 0, heads, kv_heads, d, nullptr))
+      GTEST_SKIP() << "versions 3 and 4 need sm_90a";
+    EXPECT_LT(rel_error(from_device_bf16(o3), ref), 5e-3) << "version " << version;
+  }
 }
 
 // q and out 2 bytes off 16-byte alignment: the fp32 fallback, same answers.
@@ -62,31 +123,51 @@ TEST(GpuAttention, PrefillUnalignedFallback) {
     EXPECT_EQ(check_prefill(cs, 70, 13, 1), "fp32-fallback");
 }
 
-void check_decode(Case cs, const std::vector<int32_t>& lens, int64_t capacity) {
-  SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d << " capacity "
-                                  << capacity);
-  const int64_t batch = int64_t(lens.size());
-  const int64_t kv_dim = int64_t(cs.kv_heads) * cs.d, q_row = int64_t(cs.heads) * cs.d;
-  auto q = random_bf16_values(size_t(batch * q_row), 14, 2.0f);
-  auto k = random_bf16_values(size_t(batch * capacity * kv_dim), 15, 2.0f);
-  auto v = random_bf16_values(size_t(batch * capacity * kv_dim), 16);
-  std::vector<float> ref(q.size());
-  for (int64_t b = 0; b < batch; ++b)  // one query at position len-1 attends to 0..len-1
-    cpu::attention(q.data() + b * q_row, k.data() + b * capacity * kv_dim, v.data() + b * capacity * kv_dim,
-                   ref.data() + b * q_row, 1, lens[size_t(b)] - 1, cs.heads, cs.kv_heads, cs.d);
-  auto dq = to_device_bf16(q), dk = to_device_bf16(k), dv = to_device_bf16(v);
-  DeviceBuffer<int32_t> dlen(lens);
-  DeviceBuffer<float> ws(size_t(cuda::decode_workspace_floats(batch, cs.heads, cs.d, capacity)));
-  ws.poison();
-  DeviceBuffer<bf16> out(q.size());
-  out.poison();
-  cuda::KvLayout kv{dk.data(), dv.data(), capacity * kv_dim, kv_dim, cs.d};
-  cuda::attention_decode(dq.data(), kv, dlen.data(), capacity, out.data(),
-                         cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, capacity), batch, cs.heads,
-                         cs.kv_heads, cs.d, nullptr);
-  EXPECT_LT(rel_error(from_device_bf16(out), ref), kTolBf16Out);
-  EXPECT_STREQ(cuda::attention_decode_impl(dq.data(), kv, out.data(), cs.d), cs.d <= 64 ? "mma-d64" : "mma-d128");
-}
+// One decode step of batch lens.size() (sequence b at position lens[b] - 1) against cpu::attention;
+// the inputs and the reference are built once, run() launches with a given tuning and checks.
+struct DecodeCase {
+  Case cs;
+  std::vector<int32_t> lens;
+  int64_t capacity, batch;
+  std::vector<float> ref;
+  DeviceBuffer<bf16> dq, dk, dv;
+  DeviceBuffer<int32_t> dlen;
+
+  DecodeCase(Case c, std::vector<int32_t> lengths, int64_t cap)
+      : cs(c), lens(std::move(lengths)), capacity(cap), batch(int64_t(lens.size())) {
+    const int64_t kv_dim = int64_t(cs.kv_heads) * cs.d, q_row = int64_t(cs.heads) * cs.d;
+    auto q = random_bf16_values(size_t(batch * q_row), 14, 2.0f);
+    auto k = random_bf16_values(size_t(batch * capacity * kv_dim), 15, 2.0f);
+    auto v = random_bf16_values(size_t(batch * capacity * kv_dim), 16);
+    ref.resize(q.size());
+    for (int64_t b = 0; b < batch; ++b)  // one query at position len-1 attends to 0..len-1
+      cpu::attention(q.data() + b * q_row, k.data() + b * capacity * kv_dim, v.data() + b * capacity * kv_dim,
+                     ref.data() + b * q_row, 1, lens[size_t(b)] - 1, cs.heads, cs.kv_heads, cs.d);
+    dq = to_device_bf16(q);
+    dk = to_device_bf16(k);
+    dv = to_device_bf16(v);
+    dlen = DeviceBuffer<int32_t>(lens);
+  }
+
+  void run(cuda::DecodeTuning tune = {}) {
+    SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d << " capacity "
+                                    << capacity << " tuning " << tune.stages << "/" << tune.split_waves << "/"
+                                    << tune.pdl << "/" << tune.interleave);
+    const int64_t kv_dim = int64_t(cs.kv_heads) * cs.d;
+    DeviceBuffer<float> ws(size_t(cuda::decode_workspace_floats(batch, cs.heads, cs.d, capacity)));
+    ws.poison();
+    DeviceBuffer<bf16> out(ref.size());
+    out.poison();
+    cuda::KvLayout kv{dk.data(), dv.data(), capacity * kv_dim, kv_dim, cs.d};
+    cuda::attention_decode_tuned(tune, dq.data(), kv, dlen.data(), capacity, out.data(),
+                                 cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, capacity), batch, cs.heads,
+                                 cs.kv_heads, cs.d, nullptr);
+    EXPECT_LT(rel_error(from_device_bf16(out), ref), kTolBf16Out);
+    EXPECT_STREQ(cuda::attention_decode_impl(dq.data(), kv, out.data(), cs.d), cs.d <= 64 ? "mma-d64" : "mma-d128");
+  }
+};
+
+void check_decode(Case cs, const std::vector<int32_t>& lens, int64_t capacity) { DecodeCase(cs, lens, capacity).run(); }
 
 TEST(GpuAttention, DecodeBatchSplitsGqa) {
   KILN_REQUIRE_GPU();
@@ -99,6 +180,21 @@ TEST(GpuAttention, DecodeLengthsAcrossSplits) {
   KILN_REQUIRE_GPU();
   for (Case cs : kCases) check_decode(cs, {1, 255, 257, 5000}, 5003);
   check_decode(Case{32, 8, 128}, {24, 64, 65}, 8192);
+}
+
+// Every tuning the kernel lab compares (stages 2/3/4, 1-4 waves of splits, combine with and without
+// programmatic dependent launch, contiguous or interleaved tiles) computes the same function.
+TEST(GpuAttention, DecodeTunings) {
+  KILN_REQUIRE_GPU();
+  DecodeCase big(Case{32, 8, 128}, {1, 64, 65, 255, 4097, 9000}, 9001), small(Case{8, 2, 64}, {1, 300, 5000}, 5003);
+  for (int stages : {2, 3, 4})
+    for (int waves : {1, 4})
+      for (int pdl : {0, 1})
+        for (int interleave : {0, 1}) {
+          const cuda::DecodeTuning tune{stages, waves, pdl, interleave};
+          big.run(tune);
+          small.run(tune);
+        }
 }
 
 }  // namespace

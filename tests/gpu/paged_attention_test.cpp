@@ -190,6 +190,7 @@ void check_prefill(Case cs, const std::vector<std::pair<int64_t, int64_t>>& chun
     auto got = from_device_bf16(out);
     got.erase(got.begin(), got.begin() + q_offset);
     EXPECT_LT(rel_error(got, ref), kTolBf16Out);
+    // Paged K/V is version 2's (mma.sync) on every GPU: version 3 reads contiguous K/V only.
     const std::string impl = cuda::attention_prefill_impl(dq.data() + q_offset, row, out.data() + q_offset, cs.d);
     EXPECT_EQ(impl, q_offset ? "fp32-fallback" : cs.d <= 64 ? "mma-d64" : "mma-d128");
   }
@@ -221,7 +222,9 @@ TEST(GpuPagedAttention, PrefillPagedEqualsContiguousBitwise) {
     cuda::attention_prefill(dq.data(), pkv.layout(cs.d), out_paged.data(), n_q, q_start, cs.heads, cs.kv_heads, cs.d,
                             nullptr);
     cuda::KvLayout contig{pkv.dk.data(), pkv.dv.data(), 0, kv_dim, cs.d};
-    cuda::attention_prefill(dq.data(), contig, out_contig.data(), n_q, q_start, cs.heads, cs.kv_heads, cs.d, nullptr);
+    // Version 2 on both layouts (the contiguous default is version 3 on sm_90a).
+    ASSERT_TRUE(cuda::attention_prefill_version(2, dq.data(), contig, out_contig.data(), n_q, q_start, cs.heads,
+                                                cs.kv_heads, cs.d, nullptr));
     EXPECT_EQ(from_device_bf16(out_paged), from_device_bf16(out_contig)) << "d " << cs.d;
   }
 }

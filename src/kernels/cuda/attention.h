@@ -18,20 +18,40 @@ constexpr int kAttnMaxHeadDim = 128;
 // q_start .. q_start + n_q - 1, against cache positions 0 .. q_start + n_q - 1 (already written).
 // out(n_q, n_heads, head_dim) bf16. FlashAttention-2 on the tensor cores (bf16 mma.sync) when q,
 // out, K, V and the strides are 16-byte aligned; otherwise the fp32 CUDA-core kernel.
+//
+// Versions (attention_prefill picks the first that can run the arguments):
+//   4, 3, "wgmma-d64" / "wgmma-d128": FlashAttention-3 manner on sm_90a (wgmma + TMA, warp-specialized,
+//      attention_prefill_wgmma.cu; 4 adds the intra-warpgroup overlap of softmax and wgmma): contiguous
+//      K/V only, head_dim 64 or 128, 16-byte aligned. kPrefillWgmmaVersion is the default where it can
+//      run; KILN_ATTN_PREFILL=mma turns it off.
+//   2, "mma-d64" / "mma-d128": FlashAttention-2 on mma.sync (attention_prefill.cu): sm_80+, paged or
+//      contiguous K/V, head dims up to 128 (72..128 run in the 128-wide tile), 16-byte aligned.
+//   1, "fp32-fallback": CUDA cores, anything else.
 void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads,
                        int n_kv_heads, int head_dim, cudaStream_t stream);
-// Which prefill kernel those arguments select: "mma-d64", "mma-d128" or "fp32-fallback".
+// Which prefill kernel those arguments select: "wgmma-d64", "wgmma-d128", "mma-d64", "mma-d128" or
+// "fp32-fallback".
 const char* attention_prefill_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
+// One version on purpose (kernel lab, tests): false, with nothing launched, where it cannot run these
+// arguments (version 1 always can).
+bool attention_prefill_version(int version, const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start,
+                               int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
+// Versions 3 and 4's own entry points (attention_prefill_wgmma.cu): whether they can run the
+// arguments on the current device, and the launch (false, nothing launched, if not).
+constexpr int kPrefillWgmmaVersion = 3;  // measured faster than 4 on the H200 (PERFORMANCE.md)
+bool attention_prefill_wgmma_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
+bool attention_prefill_wgmma(int version, const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start,
+                             int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
 
 // Flash-decoding: one query token for each of `batch` sequences, q(batch, n_heads, head_dim);
 // sequence b attends to cache positions 0 .. kv_len[b] - 1 (kv_len in device memory, so a captured
 // graph replays with new lengths). max_kv_len bounds kv_len and fixes the grid: P split blocks per
 // (KV head group, sequence), P chosen on the host to fill the GPU (about one wave of resident
 // blocks) but at most decode_max_splits(max_kv_len). At run time each block reads kv_len and takes
-// a chunk of max(64, ceil(kv_len / P) rounded up to 64) positions; blocks past the end exit at
-// once, a sequence that fits one chunk is written directly, and the combine kernel merges only the
-// chunks that hold data. One block scores all query heads of a KV group (up to 16, the rows of a
-// tensor-core tile) against each K/V tile, so each K/V byte is read once per group.
+// the 64-position tiles s, s + P, s + 2P, ... of its sequence (split s); blocks past the end exit at
+// once, a sequence whose tiles all fall to one block is written directly, and the combine kernel
+// merges only the blocks that hold data. One block scores all query heads of a KV group (up to 16,
+// the rows of a tensor-core tile) against each K/V tile, so each K/V byte is read once per group.
 constexpr int kDecodeSplit = 256;  // workspace granularity: at most ceil(max_kv_len / 256) splits
 struct DecodeWorkspace {
   float* partial_o = nullptr;   // (batch, n_heads, max_splits, head_dim)
@@ -47,6 +67,21 @@ DecodeWorkspace decode_workspace(float* base, int64_t batch, int n_heads, int he
 void attention_decode(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
                       DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                       cudaStream_t stream);
+// The same with the tensor-core kernel's knobs set (the kernel lab compares them); zero / -1 fields
+// keep the defaults. stages: cp.async stages of 64-position K/V tiles (2 and 4 exist only for
+// head_dim > 64 on the contiguous layout; else 3). split_waves: split blocks per (KV group,
+// sequence) sized for this many waves of resident blocks. pdl: launch the combine kernel with
+// programmatic dependent launch (sm_90+), so its launch overlaps the split kernel. interleave:
+// split block s of P takes 64-position tiles s, s + P, ... instead of one contiguous chunk.
+struct DecodeTuning {
+  int stages = 0;
+  int split_waves = 0;
+  int pdl = -1;
+  int interleave = -1;
+};
+void attention_decode_tuned(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
+                            int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,
+                            int n_kv_heads, int head_dim, cudaStream_t stream);
 // Which decode kernel those arguments select: "mma-d64", "mma-d128" or "fp32-fallback".
 const char* attention_decode_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
 

@@ -1,16 +1,23 @@
 // Flash-decoding: one query token per sequence against its whole cache.
 //
-// Fast path (decode_mma_kernel<D, kPaged>, D = 64 or 128 with head dims below D zero-padded). Grid
-// (P, KV head x head group, sequence); P is fixed on the host (graph replay) and the chunk of
-// positions per block is derived from kv_len at run time (decode_chunk): blocks past the end exit
-// before touching memory. A block = 4 warps takes the up-to-16 query heads of its KV group as the
-// 16 rows of an mma tile and streams its chunk as K/V tiles of 64 positions through a 3-stage
-// cp.async pipeline (two tiles = 64 KB in flight at D = 128 while one is computed, every load a
-// 16-byte chunk of a K/V row); warp w scores keys 16w .. 16w+15 of every tile with bf16 mma.sync
-// (fp32 accumulate) and keeps its own online softmax; the 4 warps merge through shared memory.
-// A sequence whose length fits one chunk is normalized and written by its block; otherwise the
-// unnormalized partial output and (max, sum) go to the workspace and the combine kernel merges only
-// the ceil(kv_len / chunk) chunks that hold data.
+// Fast path (decode_mma_kernel<D, kPaged, kStages>, D = 64 or 128 with head dims below D
+// zero-padded). Grid (P, KV head x head group, sequence); P is fixed on the host (graph replay: a
+// pure function of batch, heads and capacity, so one plan serves every layer and step) and each
+// block derives its share of the sequence from kv_len at run time (decode_split): by default split
+// s of P takes the 64-position tiles s, s + P, s + 2P, ... (interleaved, so the P blocks of a KV head
+// sweep one window of the cache together), or one contiguous chunk (DecodeTuning::interleave = 0);
+// blocks with nothing to read exit before touching memory. A block = 4 warps takes the up-to-16
+// query heads of its KV group as the 16 rows of an mma tile and streams its tiles through a
+// kStages-deep cp.async pipeline (3 by default: two tiles = 64 KB in flight at D = 128 while one is
+// computed, every load a 16-byte chunk of a K/V row); warp w scores keys 16w .. 16w+15 of every
+// tile with bf16 mma.sync (fp32 accumulate) and keeps its own online softmax; the 4 warps merge
+// through shared memory. A sequence whose tiles all fall to one block is normalized and written by
+// it; otherwise the unnormalized partial output and (max, sum) go to the workspace and the combine
+// kernel (launched with programmatic dependent launch on sm_90, so its launch overlaps the split
+// kernel) merges the blocks that held data.
+// Measured (H200, kernel lab, 32/8 heads, d 128): b=1 L=32k 43.5 us (3084 GB/s of K/V; 40.6 us per
+// call in a run of 10), b=64 L=2k 132.5 us (4052 GB/s, at the copy ceiling); the tunings the lab
+// compares (stages 2/4, 2-4 waves of split blocks, no PDL, contiguous chunks) are all slower.
 //
 // Paged KV (kv.block_table set, kv_layout.h): the same kernel instantiated with kPaged = true;
 // each row of a K/V tile is addressed on its own through the block table (a 64-position tile
@@ -193,7 +200,7 @@ __global__ void decode_combine_fp32_kernel(DecodeWorkspace ws, const int32_t* __
 }
 
 // ---- tensor-core path ----
-constexpr int kMmaThreads = 128, kMmaRows = 16, kStages = 3;
+constexpr int kMmaThreads = 128, kMmaRows = 16;
 constexpr int kMinChunk = attn::kTileKv;
 
 // Positions per split block for length len with P blocks: >= 64, a multiple of 64, P * chunk >= len.
@@ -202,16 +209,60 @@ __device__ __forceinline__ int decode_chunk(int len, int P) {
   return max(kMinChunk, (per + kMinChunk - 1) / kMinChunk * kMinChunk);
 }
 
-template <int D>
+// The 64-position tiles split block `split` of P takes from a sequence of len positions: tile i
+// starts at pos0 + i * step and holds min(64, end - start) keys; used = blocks with data.
+//   contiguous chunks (interleave = 0): block s takes positions [s chunk, (s + 1) chunk);
+//   interleaved (interleave = 1): block s takes tiles s, s + P, s + 2P, ..., so the P blocks of a
+//   KV head sweep the cache together, one contiguous P x 64-position window at a time.
+struct DecodeSplit {
+  int n_tiles, pos0, step, end, used;
+};
+__device__ __forceinline__ DecodeSplit decode_split(int len, int P, int split, int interleave) {
+  DecodeSplit r;
+  if (interleave) {
+    const int T = (len + kMinChunk - 1) / kMinChunk;
+    r.n_tiles = split < T ? (T - split + P - 1) / P : 0;
+    r.pos0 = split * kMinChunk;
+    r.step = P * kMinChunk;
+    r.end = len;
+    r.used = min(P, T);
+  } else {
+    const int chunk = decode_chunk(len, P), p0 = split * chunk, n_pos = min(chunk, len - p0);
+    r.n_tiles = n_pos > 0 ? (n_pos + kMinChunk - 1) / kMinChunk : 0;
+    r.pos0 = p0;
+    r.step = kMinChunk;
+    r.end = p0 + max(n_pos, 0);
+    r.used = (len + chunk - 1) / chunk;
+  }
+  return r;
+}
+
+template <int D, int kStages>
 constexpr size_t decode_smem_bytes() {
   return size_t(kMmaRows * D + kStages * 2 * attn::kTileKv * D) * sizeof(bf16);
 }
 
-template <int D, bool kPaged>
-__global__ void __launch_bounds__(kMmaThreads, 2)
+// Programmatic dependent launch (sm_90): the split kernel lets the combine kernel launch while it
+// runs; the combine waits for the split kernel's writes before reading the workspace. Both are
+// no-ops where the launch carried no PDL attribute.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Two blocks per SM (187 registers at D = 128); the 2-stage variant (68 KB of shared memory) is
+// held to 168 registers so three fit.
+template <int D, bool kPaged, int kStages>
+__global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
     decode_mma_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len, DecodeWorkspace ws,
                       bf16* __restrict__ out, int n_heads, int group, int head_groups, int d, int ws_splits,
-                      float scale_log2) {
+                      float scale_log2, int interleave) {
   using namespace attn;
   extern __shared__ uint4 smem_raw[];
   bf16* const qs = reinterpret_cast<bf16*>(smem_raw);
@@ -220,20 +271,21 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   const int kvh = blockIdx.y / head_groups, hg = blockIdx.y % head_groups;
   const int h0 = kvh * group + hg * kMmaRows;       // first query head of this block
   const int nh = min(kMmaRows, group - hg * kMmaRows);  // query heads in this block
+  pdl_launch_dependents();
   const int len = kv_len[b];
-  const int chunk = decode_chunk(len, int(gridDim.x));
-  const int p0 = split * chunk;
-  const int n_pos = min(chunk, len - p0);
-  if (n_pos <= 0) return;  // past the end: nothing to read or write
-  const bool single = len <= chunk;
-  const int n_tiles = (n_pos + kTileKv - 1) / kTileKv;
+  const DecodeSplit sp = decode_split(len, int(gridDim.x), split, interleave);
+  if (sp.n_tiles <= 0) return;  // past the end: nothing to read or write
+  const bool single = sp.used <= 1;
+  const int n_tiles = sp.n_tiles;
+  auto tile_pos = [&](int tile) { return sp.pos0 + tile * sp.step; };
+  auto tile_keys = [&](int tile) { return min(kTileKv, sp.end - tile_pos(tile)); };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
 
   auto k_stage = [&](int st) { return stages + st * 2 * kTileKv * D; };
   auto v_stage = [&](int st) { return stages + st * 2 * kTileKv * D + kTileKv * D; };
   [[maybe_unused]] PagedTileLoader<D, kTileKv, kMmaThreads> paged;  // kPaged: block ids of the next tile
   auto load_kv = [&](int tile, int st) {  // paged: the ids were fetched by prefetch_ids(tile)
-    const int k0 = p0 + tile * kTileKv, n = min(kTileKv, n_pos - tile * kTileKv);
+    const int k0 = tile_pos(tile), n = tile_keys(tile);
     if constexpr (kPaged) {
       paged.load(k_stage(st), v_stage(st), kv, kvh, k0, n, d);
     } else {
@@ -247,8 +299,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   auto prefetch_ids = [&](int tile) {
     if constexpr (kPaged) {
       if (tile < n_tiles)
-        paged.fetch(kv.block_table + int64_t(b) * kv.bt_stride, kv.block_shift, p0 + tile * kTileKv,
-                    min(kTileKv, n_pos - tile * kTileKv));
+        paged.fetch(kv.block_table + int64_t(b) * kv.bt_stride, kv.block_shift, tile_pos(tile), tile_keys(tile));
     }
   };
 
@@ -281,7 +332,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     }
     cp_async_commit();
     const int st = tile % kStages, key0 = warp * 16;
-    const int visible_n = n_pos - tile * kTileKv;  // keys of this tile that exist
+    const int visible_n = tile_keys(tile);  // keys of this tile that exist
     if (visible_n >= kTileKv) {
       attend_tile<D, 16, false>(qf, k_stage(st), v_stage(st), key0, m, l, o, scale_log2,
                                 [](int, int) { return true; });
@@ -342,57 +393,143 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   }
 }
 
-// Grid (n_heads, batch), 128 threads (one per output dim): merges the chunks that hold data.
-__global__ void __launch_bounds__(kAttnMaxHeadDim)
-    decode_combine_mma_kernel(DecodeWorkspace ws, const int32_t* __restrict__ kv_len, bf16* __restrict__ out,
-                              int n_heads, int d, int ws_splits, int P) {
-  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
-  const int len = kv_len[b];
-  const int chunk = decode_chunk(len, P);
-  if (len <= chunk) return;  // one chunk (or none): the split kernel wrote the output
-  const int n_used = (len + chunk - 1) / chunk;
-  const int64_t row = (int64_t(b) * n_heads + h) * ws_splits;
-  float mx = -INFINITY;
-  for (int s = 0; s < n_used; ++s) mx = fmaxf(mx, ws.partial_ml[(row + s) * 2]);
-  float num = 0.0f, den = 0.0f;
-  for (int s = 0; s < n_used; ++s) {
-    const float w = exp2f(ws.partial_ml[(row + s) * 2] - mx);
-    den += w * ws.partial_ml[(row + s) * 2 + 1];
-    if (c < d) num += w * ws.partial_o[(row + s) * d + c];
+// Sum (kMax = false) or maximum over the 128 threads of a block; every thread gets the result.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce128(float v, float* red) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = kMax ? fmaxf(v, o) : v + o;
   }
-  if (c < d) out[(int64_t(b) * n_heads + h) * d + c] = __float2bfloat16(num / den);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = red[0];
+#pragma unroll
+  for (int w = 1; w < 4; ++w) v = kMax ? fmaxf(v, red[w]) : v + red[w];
+  __syncthreads();  // red may be reused
+  return v;
 }
 
-template <int D, bool kPaged>
-void launch_decode_mma(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
-                       DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
-                       cudaStream_t stream) {
+// Grid (n_heads, batch), 128 threads: merges the chunks that hold data. The chunks' maxima and
+// weights are computed one chunk per thread (weights into shared memory, P floats), then thread c
+// sums output dim c over the chunks with 8 independent loads in flight: a few round trips to L2,
+// where session 2's loop over the chunks in every thread paid one per chunk. (A 512-thread
+// version, 4 thread groups each summing every 4th chunk, measured 1-1.5 us slower at b=1.)
+__global__ void __launch_bounds__(kAttnMaxHeadDim)
+    decode_combine_mma_kernel(DecodeWorkspace ws, const int32_t* __restrict__ kv_len, bf16* __restrict__ out,
+                              int n_heads, int d, int ws_splits, int P, int interleave) {
+  extern __shared__ float wts[];  // P weights
+  __shared__ float red[kAttnMaxHeadDim / 32];
+  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
+  const int len = kv_len[b];
+  const int n_used = decode_split(len, P, 0, interleave).used;
+  if (n_used <= 1) return;  // one block (or none) had data: the split kernel wrote the output
+  pdl_wait_primary();       // the split kernel's partials are complete and visible
+  const int64_t row = (int64_t(b) * n_heads + h) * ws_splits;
+  const float2* ml = reinterpret_cast<const float2*>(ws.partial_ml) + row;  // (max, sum) per chunk
+  float mx = -INFINITY;
+  for (int s = c; s < n_used; s += kAttnMaxHeadDim) mx = fmaxf(mx, ml[s].x);
+  mx = block_reduce128<true>(mx, red);
+  float den = 0.0f;
+  for (int s = c; s < n_used; s += kAttnMaxHeadDim) {
+    const float2 v = ml[s];
+    const float w = exp2f(v.x - mx);
+    wts[s] = w;
+    den += w * v.y;
+  }
+  den = block_reduce128<false>(den, red);  // its barriers also publish wts
+  if (c >= d) return;
+  const float* po = ws.partial_o + row * d + c;
+  float num = 0.0f;
+  int s = 0;
+  for (; s + 8 <= n_used; s += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = po[int64_t(s + u) * d];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) num = fmaf(wts[s + u], v[u], num);
+  }
+  for (; s < n_used; ++s) num = fmaf(wts[s], po[int64_t(s) * d], num);
+  out[(int64_t(b) * n_heads + h) * d + c] = __float2bfloat16(num / den);
+}
+
+constexpr int kMaxCombineSplits = 4096;  // the combine keeps one weight per chunk in shared memory
+
+// Defaults chosen on the H200 by the kernel lab's sweep (PERFORMANCE.md, attention decode v3).
+struct DecodeDefaults {
+  int stages = 3, split_waves = 1;
+  bool pdl = true, interleave = true;
+};
+constexpr DecodeDefaults kDecodeDefaults{};
+
+template <int D, bool kPaged, int kStages>
+void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
+                       int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads,
+                       int head_dim, cudaStream_t stream) {
   static std::once_flag configured;
   static int resident_blocks = 0;  // blocks of this kernel resident on the whole GPU
+  static bool pdl_ok = false;      // compute capability >= 9.0
+  constexpr auto kernel = decode_mma_kernel<D, kPaged, kStages>;
   std::call_once(configured, [] {
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_kernel<D, kPaged>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(decode_smem_bytes<D>())));
-    int dev = 0, sms = 0, per_sm = 0;
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(decode_smem_bytes<D, kStages>())));
+    int dev = 0, sms = 0, per_sm = 0, major = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&dev));
     KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_mma_kernel<D, kPaged>, kMmaThreads,
-                                                                  decode_smem_bytes<D>()));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMmaThreads,
+                                                                  decode_smem_bytes<D, kStages>()));
     resident_blocks = std::max(1, sms * std::max(1, per_sm));
+    pdl_ok = major >= 9;
   });
   const int group = n_heads / n_kv_heads, head_groups = (group + kMmaRows - 1) / kMmaRows;
   const int ws_splits = int(decode_max_splits(max_kv_len));
-  // Splits per (head group, sequence): enough blocks for about one wave of resident blocks at
-  // lengths near the capacity; at shorter lengths the chunk floor of 64 leaves the rest idle.
+  // Splits per (head group, sequence): enough blocks for `waves` waves of resident blocks at
+  // lengths near the capacity; at shorter lengths the blocks past the last 64-position tile exit.
+  const int waves = tune.split_waves > 0 ? tune.split_waves : kDecodeDefaults.split_waves;
   const int64_t pairs = batch * n_kv_heads * head_groups;
-  const int P = int(std::clamp<int64_t>((resident_blocks + pairs - 1) / pairs, 1, std::max(1, ws_splits)));
+  const int P = int(std::clamp<int64_t>((int64_t(waves) * resident_blocks + pairs - 1) / pairs, 1,
+                                        std::clamp(ws_splits, 1, kMaxCombineSplits)));
   dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
-  decode_mma_kernel<D, kPaged><<<grid, kMmaThreads, decode_smem_bytes<D>(), stream>>>(
-      q, kv, kv_len, ws, out, n_heads, group, head_groups, head_dim, ws_splits,
-      attn::kLog2e / sqrtf(float(head_dim)));
+  const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
+  kernel<<<grid, kMmaThreads, decode_smem_bytes<D, kStages>(), stream>>>(
+      q, kv, kv_len, ws, out, n_heads, group, head_groups, head_dim, ws_splits, attn::kLog2e / sqrtf(float(head_dim)),
+      interleave);
   KILN_CUDA_CHECK_LAUNCH();
-  decode_combine_mma_kernel<<<dim3(unsigned(n_heads), unsigned(batch)), kAttnMaxHeadDim, 0, stream>>>(
-      ws, kv_len, out, n_heads, head_dim, ws_splits, P);
+  // The combine, launched while the split kernel runs when PDL is on (its launch latency hides
+  // behind the split kernel; it waits on griddepcontrol.wait before reading partials).
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(n_heads), unsigned(batch));
+  cfg.blockDim = dim3(kAttnMaxHeadDim);
+  cfg.dynamicSmemBytes = size_t(P) * sizeof(float);  // the combine's chunk weights
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  const bool pdl = pdl_ok && (tune.pdl < 0 ? kDecodeDefaults.pdl : tune.pdl != 0);
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  KILN_CUDA_CHECK(
+      cudaLaunchKernelEx(&cfg, decode_combine_mma_kernel, ws, kv_len, out, n_heads, head_dim, ws_splits, P, interleave));
   KILN_CUDA_CHECK_LAUNCH();
+}
+
+template <int D, bool kPaged>
+void launch_decode_stages(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
+                          int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,
+                          int n_kv_heads, int head_dim, cudaStream_t stream) {
+  const int stages = tune.stages > 0 ? tune.stages : kDecodeDefaults.stages;
+  // Instantiations beyond the default only where the kernel lab compares them (D 128, contiguous).
+  if constexpr (D == 128 && !kPaged) {
+    if (stages == 2)
+      return launch_decode_mma<D, kPaged, 2>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                             head_dim, stream);
+    if (stages == 4)
+      return launch_decode_mma<D, kPaged, 4>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                             head_dim, stream);
+  }
+  launch_decode_mma<D, kPaged, 3>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim,
+                                  stream);
 }
 
 }  // namespace
@@ -412,6 +549,13 @@ DecodeWorkspace decode_workspace(float* base, int64_t batch, int n_heads, int he
 void attention_decode(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
                       DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                       cudaStream_t stream) {
+  attention_decode_tuned(DecodeTuning{}, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim,
+                         stream);
+}
+
+void attention_decode_tuned(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
+                            int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,
+                            int n_kv_heads, int head_dim, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim, "attention: head_dim must be a multiple of 8, <= 128");
   KILN_CUDA_REQUIRE(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads must be a multiple of n_kv_heads");
   KILN_CUDA_REQUIRE(batch < 65536, "attention: batch too large");
@@ -423,14 +567,18 @@ void attention_decode(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t
     // Instantiations: D in {64, 128} x {contiguous, paged}.
     if (kv.paged()) {
       if (head_dim <= 64)
-        launch_decode_mma<64, true>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
+        launch_decode_stages<64, true>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim,
+                                       stream);
       else
-        launch_decode_mma<128, true>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
+        launch_decode_stages<128, true>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                        head_dim, stream);
     } else {
       if (head_dim <= 64)
-        launch_decode_mma<64, false>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
+        launch_decode_stages<64, false>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                        head_dim, stream);
       else
-        launch_decode_mma<128, false>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
+        launch_decode_stages<128, false>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                         head_dim, stream);
     }
     return;
   }

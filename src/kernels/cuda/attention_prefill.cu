@@ -1,6 +1,8 @@
-// Causal prefill attention.
+// Causal prefill attention: versions 2 (mma.sync, below) and 1 (fp32 fallback), and the dispatch
+// among them and version 3 (wgmma + TMA on sm_90a, attention_prefill_wgmma.cu: the default for
+// contiguous K/V with head dim 64 or 128 there).
 //
-// Fast path (prefill_mma_kernel<D, kPaged>, D = 64 for head_dim 64, D = 128 for head dims
+// Version 2 (prefill_mma_kernel<D, kPaged>, D = 64 for head_dim 64, D = 128 for head dims
 // 72..128 with the dims past head_dim zero-padded): FlashAttention-2 on the tensor cores. Block = 4 warps = 64 query
 // rows of one query head, each warp 16 rows; bf16 mma.sync m16n8k16 (fp32 accumulators), K by
 // ldmatrix, V by ldmatrix.trans, from XOR-swizzled shared tiles of 64 positions, double-buffered
@@ -23,6 +25,8 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
@@ -235,38 +239,48 @@ void launch_prefill_mma(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int6
 
 }  // namespace
 
-const char* attention_prefill_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
-  const bool fast = attn::aligned16(q) && attn::aligned16(out) && attn::kv_fast_ok(kv) && head_dim % 8 == 0 &&
-                    head_dim <= kAttnMaxHeadDim;
-  if (!fast) return "fp32-fallback";
-  return head_dim <= 64 ? "mma-d64" : "mma-d128";
+namespace {
+// Versions 3/4 (wgmma) by default where they can run; KILN_ATTN_PREFILL=mma keeps version 2.
+bool wgmma_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_ATTN_PREFILL");
+    return !(e && std::strcmp(e, "mma") == 0);
+  }();
+  return on;
 }
 
-void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads,
-                       int n_kv_heads, int head_dim, cudaStream_t stream) {
+bool mma_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
+  return attn::aligned16(q) && attn::aligned16(out) && attn::kv_fast_ok(kv) && head_dim % 8 == 0 &&
+         head_dim <= kAttnMaxHeadDim;
+}
+
+void check_prefill_args(KvLayout kv, int64_t n_q, int64_t q_start, int n_heads, int n_kv_heads, int head_dim) {
   KILN_CUDA_REQUIRE(head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim, "attention: head_dim must be a multiple of 8, <= 128");
   KILN_CUDA_REQUIRE(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads must be a multiple of n_kv_heads");
-  if (n_q == 0) return;
   KILN_CUDA_REQUIRE(q_start + n_q < (int64_t(1) << 31) && n_q < int64_t(65535) * 64, "attention: prefill too long");
   KILN_CUDA_REQUIRE(!kv.paged() || (kv.block_shift >= 0 && kv.block_shift <= 20 && kv.bt_stride > 0),
                     "attention: bad paged KV layout (block_size must be a power of two)");
-  const int group = n_heads / n_kv_heads;
-  const char* impl = attention_prefill_impl(q, kv, out, head_dim);
-  if (impl[0] == 'm') {  // tensor cores; head dims 8..64 run in the 64-wide tile, 72..128 in the 128-wide one
-    // Instantiations: D in {64, 128} x {contiguous, paged}.
-    if (kv.paged()) {
-      if (head_dim <= 64)
-        launch_prefill_mma<64, true>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
-      else
-        launch_prefill_mma<128, true>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
-    } else {
-      if (head_dim <= 64)
-        launch_prefill_mma<64, false>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
-      else
-        launch_prefill_mma<128, false>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
-    }
-    return;
+}
+
+void launch_mma(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads, int group,
+                int head_dim, cudaStream_t stream) {
+  // Instantiations: D in {64, 128} x {contiguous, paged}; head dims 8..64 run in the 64-wide tile,
+  // 72..128 in the 128-wide one.
+  if (kv.paged()) {
+    if (head_dim <= 64)
+      launch_prefill_mma<64, true>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    else
+      launch_prefill_mma<128, true>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+  } else {
+    if (head_dim <= 64)
+      launch_prefill_mma<64, false>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    else
+      launch_prefill_mma<128, false>(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
   }
+}
+
+void launch_fp32(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads, int group,
+                 int head_dim, cudaStream_t stream) {
   size_t smem = size_t(kTileQ * head_dim + kTileK * (head_dim + 1) + kTileK * head_dim) * sizeof(float);
   static std::once_flag configured;
   std::call_once(configured, [] {
@@ -274,9 +288,54 @@ void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64
                                          int((3 * kTileQ * kAttnMaxHeadDim + kTileK) * sizeof(float))));
   });
   dim3 grid(unsigned((n_q + kTileQ - 1) / kTileQ), unsigned(n_heads));
-  prefill_fp32_kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, out, n_q, q_start, n_heads, group,
-                                                      head_dim, 1.0f / sqrtf(float(head_dim)));
+  prefill_fp32_kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, out, n_q, q_start, n_heads, group, head_dim,
+                                                           1.0f / sqrtf(float(head_dim)));
   KILN_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+const char* attention_prefill_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
+  if (wgmma_enabled() && attention_prefill_wgmma_ok(q, kv, out, head_dim))
+    return head_dim == 64 ? "wgmma-d64" : "wgmma-d128";
+  if (!mma_ok(q, kv, out, head_dim)) return "fp32-fallback";
+  return head_dim <= 64 ? "mma-d64" : "mma-d128";
+}
+
+bool attention_prefill_version(int version, const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start,
+                               int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
+  check_prefill_args(kv, n_q, q_start, n_heads, n_kv_heads, head_dim);
+  const int group = n_heads / n_kv_heads;
+  switch (version) {
+    case 3:
+    case 4:
+      if (!attention_prefill_wgmma_ok(q, kv, out, head_dim)) return false;
+      return n_q == 0 ||
+             attention_prefill_wgmma(version, q, kv, out, n_q, q_start, n_heads, n_kv_heads, head_dim, stream);
+    case 2:
+      if (!mma_ok(q, kv, out, head_dim)) return false;
+      if (n_q > 0) launch_mma(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+      return true;
+    case 1:
+      if (n_q > 0) launch_fp32(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads,
+                       int n_kv_heads, int head_dim, cudaStream_t stream) {
+  check_prefill_args(kv, n_q, q_start, n_heads, n_kv_heads, head_dim);
+  if (n_q == 0) return;
+  const int group = n_heads / n_kv_heads;
+  if (wgmma_enabled() && attention_prefill_wgmma(kPrefillWgmmaVersion, q, kv, out, n_q, q_start, n_heads, n_kv_heads,
+                                                 head_dim, stream))
+    return;
+  if (mma_ok(q, kv, out, head_dim)) {
+    launch_mma(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
+    return;
+  }
+  launch_fp32(q, kv, out, n_q, q_start, n_heads, group, head_dim, stream);
 }
 
 }  // namespace kiln::cuda
