@@ -27,7 +27,9 @@ else
 fi
 
 echo "== kernel lab ($BUILD/bench/kernel_lab)"
-if [ -x "$BUILD/bench/kernel_lab" ]; then
+if [ "${KILN_SUITE_LAB:-1}" = 0 ]; then
+  echo "skipped (KILN_SUITE_LAB=0)"; lab_rc=0
+elif [ -x "$BUILD/bench/kernel_lab" ]; then
   "$BUILD/bench/kernel_lab" --json "$OUT/kernel_lab.json" 2>&1 | tee "$OUT/kernel_lab.log"
   lab_rc=${PIPESTATUS[0]}
   [ $lab_rc -ne 0 ] && status=1
@@ -38,13 +40,20 @@ fi
 echo "== engine and profile (Llama-3-8B shape, random bf16 weights)"
 K="$BUILD/tools/kiln"
 "$K" profile --calibrate >"$OUT/profile_calibrate.log" 2>&1 || status=1
-for b in 1 64; do
+for b in 1 64 256; do
   "$K" profile --random llama3-8b -b $b -c 512 --json "$OUT/profile_b$b.json" --svg "$OUT/roofline_b$b.svg" \
     >"$OUT/profile_b$b.log" 2>&1 || status=1
 done
+"$K" profile --random llama3-8b --prefill 2048 --json "$OUT/profile_pp2048.json" --svg "$OUT/roofline_pp2048.svg" \
+  >"$OUT/profile_pp2048.log" 2>&1 || status=1
 "$K" bench throughput --random llama3-8b --num-prompts 2048 --input-len 128 --output-len 128 --max-num-seqs 256 \
   --max-num-batched-tokens 8192 --temperature 0 --json "$OUT/throughput.json" >"$OUT/throughput.log" 2>&1 || status=1
 "$K" bench --random llama3-8b -p 512,2048 -n 128 -r 3 --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || status=1
+# Quantized projections (issue #10): the same shape with random int8 / int4 / fp8 weights.
+for q in int8 int4 fp8; do
+  "$K" bench --random llama3-8b --quant $q -p 2048 -n 128 -r 3 --json "$OUT/bench_$q.json" >"$OUT/bench_$q.log" 2>&1 ||
+    status=1
+done
 
 # Hook for more whole-model runs: add commands to KILN_BENCH_CMDS, one per line. Each one's
 # output goes to $OUT/kiln_bench_N.log.
@@ -76,8 +85,9 @@ fi
 echo
 echo "== end to end (Llama-3-8B shape, bf16)"
 tail -1 "$OUT/profile_calibrate.log" 2>/dev/null
-grep -h "sum of kernels" "$OUT"/profile_b*.log 2>/dev/null
+grep -h "sum of kernels" "$OUT"/profile_*.log 2>/dev/null
 grep -h "^Throughput" "$OUT/throughput.log" 2>/dev/null
 grep -hE "^\|\s+(pp|tg)" "$OUT/bench.log" 2>/dev/null
+for q in int8 int4 fp8; do grep -hE "^\|\s+(pp|tg)" "$OUT/bench_$q.log" 2>/dev/null | sed "s/^/$q /"; done
 echo "lab rc=$lab_rc; logs in $OUT"
 exit $status
