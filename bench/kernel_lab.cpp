@@ -2,7 +2,9 @@
 // then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
-//   kernel_lab [--json PATH] [--quick] [--skinny]   (--skinny: only the batched-decode GEMMs, M = 32..256)
+//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant]
+//   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
+//    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "core/dtype.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/random_fill.h"
 #include "profile/cost_model.h"
 
@@ -213,25 +216,102 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
   }
 }
 
+// Prefill FLOPs as FlashAttention counts causal attention: 2 products of 2 S^2 H d, halved.
+double causal_flops(int64_t n, int heads, int d) { return 4.0 * double(n) * double(n) / 2 * heads * d; }
+
+// The wgmma prefill (version 3/4) checked on a small case against version 2 before anything is
+// timed, and the result printed first: a wrong V descriptor (the one part of the kernel that is not
+// shared with the wgmma GEMM) shows here at once.
+void probe_wgmma_prefill() {
+  const int heads = 8, kv_heads = 2, d = 128;
+  const int64_t n = 300, kv_dim = kv_heads * d;
+  DeviceBuffer<bf16> k(size_t(n * kv_dim)), v(k.size()), q(size_t(n * heads * d)), o2(q.size()), o3(q.size());
+  fill_random_bf16(k.data(), int64_t(k.size()), 9, 0, 0, 1.0f, nullptr);
+  fill_random_bf16(v.data(), int64_t(v.size()), 9, 1, 0, 1.0f, nullptr);
+  fill_random_bf16(q.data(), int64_t(q.size()), 9, 2, 0, 1.0f, nullptr);
+  KvLayout kv{k.data(), v.data(), 0, kv_dim, d};
+  attention_prefill_version(2, q.data(), kv, o2.data(), n, 0, heads, kv_heads, d, nullptr);
+  o3.poison();
+  if (!attention_prefill_version(kPrefillWgmmaVersion, q.data(), kv, o3.data(), n, 0, heads, kv_heads, d, nullptr)) {
+    std::printf("wgmma prefill: not available on this device\n");
+    return;
+  }
+  cuda_synchronize();
+  const double err = rel_error(to_float(o3), to_float(o2));
+  std::printf("wgmma prefill probe: err vs mma.sync %.2e%s\n", err, err < 1e-2 ? " (ok)" : " (WRONG)");
+}
+
+// Decode tunings the lab compares (DecodeTuning: stages, waves of split blocks, PDL combine).
+struct DecodeVariant {
+  const char* label;
+  DecodeTuning tune;
+};
+// Labels: s<stages> w<waves> p (PDL combine) i (interleaved tiles); "s3w1" is session 2's kernel.
+const DecodeVariant kDecodeVariants[] = {
+    {"kiln", {}},
+    {"s3w1", {3, 1, 0, 0}},
+    {"s3w1p", {3, 1, 1, 0}},
+    {"s3w2p", {3, 2, 1, 0}},
+    {"s3w4p", {3, 4, 1, 0}},
+    {"s3w1pi", {3, 1, 1, 1}},
+    {"s3w2pi", {3, 2, 1, 1}},
+    {"s3w4pi", {3, 4, 1, 1}},
+    {"s2w1p", {2, 1, 1, 0}},
+    {"s2w2pi", {2, 2, 1, 1}},
+    {"s2w4pi", {2, 4, 1, 1}},
+    {"s4w1p", {4, 1, 1, 0}},
+    {"s4w2pi", {4, 2, 1, 1}},
+};
+
 void bench_attention(double copy_gbs) {
   const int heads = 32, kv_heads = 8, d = 128;
   const int64_t kv_dim = kv_heads * d;
-  for (auto [batch, len] : {std::pair<int64_t, int64_t>{1, 32768}, {64, 2048}}) {
-    DeviceBuffer<bf16> k(size_t(batch * len * kv_dim)), v(k.size()), q(size_t(batch * heads * d)), out(q.size());
-    fill_random_bf16(k.data(), int64_t(k.size()), 3, 0, 0, 1.0f, nullptr);
-    fill_random_bf16(v.data(), int64_t(v.size()), 3, 1, 0, 1.0f, nullptr);
-    fill_random_bf16(q.data(), int64_t(q.size()), 3, 2, 0, 1.0f, nullptr);
+  // Contiguous decode: every tuning, validated against the default's output; GB/s on K/V bytes.
+  // K/V copies rotate through more than 4x the L2 (b=1 L=8k is 34 MB). "kiln x10": the default's
+  // per-call time in a run of 10 back-to-back calls (launch latency overlapped, as in a decode step
+  // where attention follows other kernels), next to the single call between two events.
+  for (auto [batch, len] : {std::pair<int64_t, int64_t>{1, 32768}, {64, 2048}, {1, 8192}}) {
+    const int64_t kv_elems = batch * len * kv_dim;
+    const int copies = int(std::max<int64_t>(1, kRotateBytes / (4 * kv_elems) + 1));
+    std::vector<DeviceBuffer<bf16>> ks, vs;
+    for (int i = 0; i < copies; ++i) {
+      ks.emplace_back(size_t(kv_elems));
+      vs.emplace_back(size_t(kv_elems));
+      fill_random_bf16(ks.back().data(), kv_elems, 3, uint64_t(2 * i), 0, 1.0f, nullptr);
+      fill_random_bf16(vs.back().data(), kv_elems, 3, uint64_t(2 * i + 1), 0, 1.0f, nullptr);
+    }
+    DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size()), out_ref(q.size());
+    fill_random_bf16(q.data(), int64_t(q.size()), 3, 99, 0, 1.0f, nullptr);
     std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
     DeviceBuffer<int32_t> dlen(lens);
     DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, len)));
-    KvLayout kv{k.data(), v.data(), len * kv_dim, kv_dim, d};
+    auto kv_of = [&](int i) { return KvLayout{ks[size_t(i % copies)].data(), vs[size_t(i % copies)].data(), len * kv_dim, kv_dim, d}; };
     auto wsv = decode_workspace(ws.data(), batch, heads, d, len);
-    double ms = time_ms([&](int) {
-      attention_decode(q.data(), kv, dlen.data(), len, out.data(), wsv, batch, heads, kv_heads, d, nullptr);
-    });
+    attention_decode(q.data(), kv_of(0), dlen.data(), len, out_ref.data(), wsv, batch, heads, kv_heads, d, nullptr);
+    cuda_synchronize();
+    const std::vector<float> ref = to_float(out_ref);
     char shape[64];
     std::snprintf(shape, sizeof shape, "decode b=%lld L=%lld", (long long)batch, (long long)len);
-    record("attention", shape, "kiln", ms, 2.0 * batch * len * kv_dim * 2, 4.0 * batch * len * heads * d, copy_gbs, 0);
+    const double bytes = 2.0 * batch * len * kv_dim * 2, flops = 4.0 * batch * len * heads * d;
+    for (const DecodeVariant& var : kDecodeVariants) {
+      out.poison();
+      attention_decode_tuned(var.tune, q.data(), kv_of(0), dlen.data(), len, out.data(), wsv, batch, heads, kv_heads,
+                             d, nullptr);
+      cuda_synchronize();
+      const double err = rel_error(to_float(out), ref);
+      if (!(err < 1e-2)) std::printf("VALIDATION FAILED: decode %s %s err %.3e\n", var.label, shape, err);
+      const double ms = time_ms([&](int i) {
+        attention_decode_tuned(var.tune, q.data(), kv_of(i), dlen.data(), len, out.data(), wsv, batch, heads,
+                               kv_heads, d, nullptr);
+      });
+      record("attention", shape, var.label, ms, bytes, flops, copy_gbs, err);
+    }
+    const double ms10 = time_ms([&](int i) {
+      for (int j = 0; j < 10; ++j)
+        attention_decode(q.data(), kv_of(10 * i + j), dlen.data(), len, out.data(), wsv, batch, heads, kv_heads, d,
+                         nullptr);
+    }, 20, 2) / 10;
+    record("attention", shape, "kiln x10", ms10, bytes, flops, copy_gbs, 0);
   }
   // Paged decode: the same shapes over a pool of 16-token blocks in shuffled order (what the
   // continuous-batching engine reads), validated bit for bit against the contiguous kernel on the
@@ -280,7 +360,7 @@ void bench_attention(double copy_gbs) {
     });
     record("attention", shape, "paged16", ms, bytes, flops, copy_gbs, err);
   }
-  {  // paged prefill, one 4096-token sequence over shuffled 16-token blocks
+  {  // paged prefill (version 2: the engine's chunked prefill), one 4096-token sequence over shuffled 16-token blocks
     const int64_t n = 4096, bs = 16, num_blocks = n / bs;
     DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size()), q(size_t(n * heads * d)),
         out(q.size());
@@ -298,22 +378,163 @@ void bench_attention(double copy_gbs) {
     paged.block_shift = 4;
     double ms = time_ms([&](int) { attention_prefill(q.data(), paged, out.data(), n, 0, heads, kv_heads, d, nullptr); },
                         10, 1);
-    double flops = 4.0 * double(n) * double(n + 1) / 2 * heads * d;
-    record("attention", "prefill causal 4096", "paged16", ms, 2.0 * n * (heads * d * 2 + kv_dim * 2), flops, copy_gbs,
-           0);
+    record("attention", "prefill causal 4096", "paged16", ms, 2.0 * n * (heads * d * 2 + kv_dim * 2),
+           causal_flops(n, heads, d), copy_gbs, 0);
   }
-  for (int64_t n : {4096ll, 16384ll}) {
-    DeviceBuffer<bf16> k(size_t(n * kv_dim)), v(k.size()), q(size_t(n * heads * d)), out(q.size());
+  // Contiguous prefill: version 2 (mma.sync), version 3 (wgmma, sm_90a) and the default, each
+  // validated against version 2; head dims 128 (the acceptance shape) and 64.
+  for (auto [n, hd] : {std::pair<int64_t, int>{4096, 128}, {16384, 128}, {4096, 64}, {16384, 64}}) {
+    const int64_t kvd = kv_heads * hd;
+    DeviceBuffer<bf16> k(size_t(n * kvd)), v(k.size()), q(size_t(n * heads * hd)), out(q.size()), out2(q.size());
     fill_random_bf16(k.data(), int64_t(k.size()), 4, 0, 0, 1.0f, nullptr);
     fill_random_bf16(v.data(), int64_t(v.size()), 4, 1, 0, 1.0f, nullptr);
     fill_random_bf16(q.data(), int64_t(q.size()), 4, 2, 0, 1.0f, nullptr);
-    KvLayout kv{k.data(), v.data(), 0, kv_dim, d};
-    double ms = time_ms([&](int) { attention_prefill(q.data(), kv, out.data(), n, 0, heads, kv_heads, d, nullptr); },
-                        n > 8192 ? 3 : 10, 1);
+    KvLayout kv{k.data(), v.data(), 0, kvd, hd};
+    attention_prefill_version(2, q.data(), kv, out2.data(), n, 0, heads, kv_heads, hd, nullptr);
+    cuda_synchronize();
+    const std::vector<float> ref = to_float(out2);
     char shape[64];
-    std::snprintf(shape, sizeof shape, "prefill causal %lld", (long long)n);
-    double flops = 4.0 * double(n) * double(n + 1) / 2 * heads * d;
-    record("attention", shape, "kiln", ms, 2.0 * n * (heads * d * 2 + kv_dim * 2), flops, copy_gbs, 0);
+    std::snprintf(shape, sizeof shape, "prefill causal %lld d%d", (long long)n, hd);
+    const double bytes = 2.0 * n * (heads * hd * 2 + kvd * 2), flops = causal_flops(n, heads, hd);
+    for (int version : {2, 3, 4, 0}) {
+      auto run = [&] {
+        return version ? attention_prefill_version(version, q.data(), kv, out.data(), n, 0, heads, kv_heads, hd, nullptr)
+                       : (attention_prefill(q.data(), kv, out.data(), n, 0, heads, kv_heads, hd, nullptr), true);
+      };
+      out.poison();
+      if (!run()) continue;
+      cuda_synchronize();
+      const double err = rel_error(to_float(out), ref);
+      if (!(err < 1e-2)) std::printf("VALIDATION FAILED: prefill v%d %s err %.3e\n", version, shape, err);
+      const double ms = time_ms([&](int) { run(); }, n > 8192 ? 10 : 20, 2);
+      const std::string label = version == 0 ? std::string("kiln:") + attention_prefill_impl(q.data(), kv, out.data(), hd)
+                                             : "v" + std::to_string(version);
+      record("attention", shape, label, ms, bytes, flops, copy_gbs, err);
+    }
+  }
+}
+
+
+// Quantized products (kernels/cuda/quant) on the same shapes: for each format the fused decode GEMV
+// (M = 1, 16) and the prefill path (M = 2048: fp8's wgmma GEMM; int8/int4 dequantize + bf16 GEMM),
+// next to the bf16 GEMV and cuBLAS bf16. GB/s counts the bytes actually read: the packed weights and
+// their scales, x and y (cost model with the format's bytes per weight). Validated against cuBLAS on
+// the dequantized weights (fp8 also quantizes x per token: W8A8 sits ~3% from that W8A16 reference).
+void bench_quant(double copy_gbs, CublasGemm& cublas) {
+  struct Fmt {
+    QuantFormat f;
+    int64_t group;  // 0: per channel
+    const char* label;
+  };
+  const Fmt fmts[] = {{QuantFormat::int8, 0, "int8"},
+                      {QuantFormat::int8, 32, "int8-g32"},
+                      {QuantFormat::int4, 128, "int4"},
+                      {QuantFormat::int4, 32, "int4-g32"},
+                      {QuantFormat::fp8, 0, "fp8"}};
+  const std::vector<int64_t> decode_ms = g_quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 16};
+  const std::vector<int64_t> prefill_ms = g_quick ? std::vector<int64_t>{} : std::vector<int64_t>{2048};
+  for (const MatShape& s : kShapes) {
+    const int64_t mmax = 2048;
+    DeviceBuffer<bf16> x(size_t(mmax * s.k)), y(size_t(mmax * s.n)), yref(size_t(mmax * s.n)), wdq(size_t(s.n * s.k));
+    DeviceBuffer<uint8_t> xq(size_t(mmax * s.k));
+    DeviceBuffer<float> xs{size_t(mmax)};
+    fill_random_bf16(x.data(), mmax * s.k, 2, 0, 0, 1.0f, nullptr);
+    // bf16 baselines on this shape (the default GEMV / GEMM and cuBLAS), weights rotated.
+    {
+      const int copies = int(std::max<int64_t>(1, kRotateBytes / (s.n * s.k * 2) + 1));
+      std::vector<DeviceBuffer<bf16>> w;
+      for (int i = 0; i < copies; ++i) {
+        w.emplace_back(size_t(s.n * s.k));
+        fill_random_bf16(w.back().data(), s.n * s.k, 1, uint64_t(i), 0, 0.05f, nullptr);
+      }
+      for (int64_t m : decode_ms) {
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        const profile::Cost cost = profile::linear(m, s.n, s.k, 2);
+        double t = time_ms([&](int i) { matmul(x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr); }, 100);
+        record("qgemv", shape, "bf16", t, cost.bytes, cost.flops, copy_gbs, 0);
+        t = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, 100);
+        record("qgemv", shape, "cublas", t, cost.bytes, cost.flops, copy_gbs, 0);
+      }
+      for (int64_t m : prefill_ms) {
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        const profile::Cost cost = profile::linear(m, s.n, s.k, 2);
+        double t = time_ms([&](int i) { matmul(x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr); }, 10, 2);
+        record("qgemm", shape, "bf16", t, cost.bytes, cost.flops, copy_gbs, 0);
+        t = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, 10, 2);
+        record("qgemm", shape, "cublas", t, cost.bytes, cost.flops, copy_gbs, 0);
+      }
+    }
+    for (const Fmt& f : fmts) {
+      const int64_t group = f.group ? f.group : s.k;
+      if (!qweight_packable(f.f, s.k, group)) continue;
+      const int64_t qbytes = qweight_data_bytes(f.f, s.n, s.k), sfloats = qweight_scale_floats(f.f, s.n, s.k, group);
+      const int copies = int(std::max<int64_t>(1, kRotateBytes / (qbytes + 4 * sfloats) + 1));
+      std::vector<DeviceBuffer<uint8_t>> wq;
+      std::vector<DeviceBuffer<float>> ws;
+      std::vector<QWeight> views;
+      for (int i = 0; i < copies; ++i) {
+        wq.emplace_back(size_t(qbytes));
+        ws.emplace_back(size_t(sfloats));
+        fill_random_qweight(f.f, s.n, s.k, group, wq.back().data(), ws.back().data(), 11, uint64_t(i), 0.05f, nullptr);
+        views.push_back({f.f, s.n, s.k, group, wq.back().data(), ws.back().data()});
+      }
+      dequantize_to_bf16(views[0], wdq.data(), nullptr);
+      QScratch scratch{wdq.data(), s.n * s.k, xq.data(), xs.data(), mmax * s.k, mmax};
+      profile::Widths widths;
+      widths.weight = qweight_bytes_per_weight(f.f, s.k, group);
+      const double tol = f.f == QuantFormat::fp8 ? 8e-2 : 1e-2;
+      for (int64_t m : decode_ms) {
+        cublas.gemm_bf16(x.data(), wdq.data(), yref.data(), m, s.n, s.k, nullptr);
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        profile::Cost cost = profile::linear(m, s.n, s.k, 2, widths);
+        y.poison();
+        qmatmul(x.data(), views[0], nullptr, y.data(), OutMode::store_bf16, m, nullptr, {}, scratch);
+        cuda_synchronize();
+        std::vector<float> got = to_float(y), ref = to_float(yref);
+        got.resize(size_t(m * s.n));
+        ref.resize(got.size());
+        const double err = rel_error(got, ref);
+        if (!(err < tol)) std::printf("VALIDATION FAILED: %s %s err %.3e\n", f.label, shape, err);
+        double t;
+        if (f.f == QuantFormat::fp8) {
+          fp8_quantize_rows(x.data(), m, s.k, xq.data(), xs.data(), nullptr);
+          t = time_ms([&](int i) { fp8_gemv(xq.data(), xs.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
+          cost.bytes += double(m * s.k) * (1.0 - 2.0);  // reads e4m3 activations, not bf16
+        } else {
+          qgemv_set_version(2);  // v2: the cp.async ring (slower, kept as evidence); the default (v1) below
+          t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
+          record("qgemv", shape, std::string(f.label) + "-v2", t, cost.bytes, cost.flops, copy_gbs, err);
+          qgemv_set_version(0);
+          t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
+        }
+        record("qgemv", shape, f.label, t, cost.bytes, cost.flops, copy_gbs, err);
+        if (f.f == QuantFormat::fp8) {  // with the activation quantization in front (what the backend runs)
+          const profile::Cost c2 = profile::linear(m, s.n, s.k, 2, widths);
+          t = time_ms([&](int i) { qmatmul(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr, {}, scratch); }, 100);
+          record("qgemv", shape, "fp8+quant", t, c2.bytes, c2.flops, copy_gbs, err);
+        }
+      }
+      for (int64_t m : prefill_ms) {
+        cublas.gemm_bf16(x.data(), wdq.data(), yref.data(), m, s.n, s.k, nullptr);
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        const profile::Cost cost = profile::linear(m, s.n, s.k, 2, widths);
+        y.poison();
+        qmatmul(x.data(), views[0], nullptr, y.data(), OutMode::store_bf16, m, nullptr, {}, scratch);
+        cuda_synchronize();
+        const double err = rel_error(to_float(y), to_float(yref));
+        if (!(err < tol)) std::printf("VALIDATION FAILED: %s %s err %.3e\n", f.label, shape, err);
+        const double t = time_ms([&](int i) { qmatmul(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr, {}, scratch); }, 10, 2);
+        record("qgemm", shape, f.label, t, cost.bytes, cost.flops, copy_gbs, err);
+        if (f.f == QuantFormat::fp8) {  // the GEMM alone (activations already quantized)
+          const double tg = time_ms([&](int i) { fp8_gemm(xq.data(), xs.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 10, 2);
+          record("qgemm", shape, "fp8-gemm", tg, cost.bytes - double(m * s.k), cost.flops, copy_gbs, err);
+        }
+      }
+    }
   }
 }
 
@@ -321,13 +542,15 @@ void bench_attention(double copy_gbs) {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool skinny_only = false;
+  bool skinny_only = false, attention_only = false, quant_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
     else if (!std::strcmp(argv[i], "--skinny")) skinny_only = true;
+    else if (!std::strcmp(argv[i], "--attention")) attention_only = true;
+    else if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     else {
-      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny]\n");
+      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant]\n");
       return 2;
     }
   }
@@ -340,13 +563,21 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs, L2 %lld MB, cc %d.%d\n", info.name.c_str(), info.sm_count,
                 (long long)(info.l2_bytes >> 20), info.cc_major, info.cc_minor);
     double copy_gbs = copy_ceiling();
-    CublasGemm cublas;
-    if (!skinny_only) {
-      bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, false);
-      bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 4096}, true);
+    if (quant_only) {
+      CublasGemm cublas;
+      bench_quant(copy_gbs, cublas);
+    } else if (!attention_only) {
+      CublasGemm cublas;
+      if (!skinny_only) {
+        bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, false);
+        bench_matmul(copy_gbs, cublas, g_quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 4096}, true);
+      }
+      bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
     }
-    bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
-    if (!skinny_only) bench_attention(copy_gbs);
+    if (!skinny_only && !quant_only) {
+      probe_wgmma_prefill();
+      bench_attention(copy_gbs);
+    }
     if (!json_path.empty()) {
       nlohmann::json doc = {{"device", info.name}, {"copy_gbs", copy_gbs}, {"peak_tflops", kPeakTflops},
                             {"results", g_results}};

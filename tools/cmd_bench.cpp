@@ -24,7 +24,7 @@ namespace {
 
 struct BenchOptions {
   ModelOptions m;
-  std::string random, json;
+  std::string random, json, quant;
   std::vector<int> n_prompt = {512}, n_gen = {128};
   int reps = 5, depth = 0;
   // Reference figures measured on the H200 (GPU.md, docs/BENCHMARKS.md): cudaMemcpy copy
@@ -58,14 +58,16 @@ void run(const BenchOptions& o) {
   KILN_CHECK(o.reps >= 1, invalid_argument, "-r/--repetitions must be at least 1, got {}", o.reps);
   KILN_CHECK(o.depth >= 0, invalid_argument, "-d/--depth must be >= 0, got {}", o.depth);
   ThreadPool pool(o.m.threads);
-  BenchTarget target = open_bench_target(o.m, o.random, pool);
+  BenchTarget target = open_bench_target(o.m, o.random, pool, o.quant);
   std::unique_ptr<Backend>& backend = target.backend;
+  apply_kv_cache_option(*backend, o.m);
   const double weight_bytes = target.weight_bytes;
   const std::string& label = target.label;
   const ModelConfig& c = backend->config();
   std::string device_name = backend->name();
   // What the backend stores: the CPU reference keeps everything in fp32.
-  const profile::Widths widths = backend->name() == "cuda" ? profile::Widths{} : profile::Widths{4, 4, 4, 4};
+  profile::Widths widths = backend->name() == "cuda" ? profile::Widths{} : profile::Widths{4, 4, 4, 4};
+  widths.proj_weight = target.proj_weight_bytes;  // --quant: the projections' packed bytes
 #ifdef KILN_HAVE_CUDA
   if (device_name == "cuda") device_name = cuda::device_info().name;
 #endif
@@ -187,7 +189,9 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) throughput with roofline columns");
   add_model_options(cmd, o->m);
+  add_kv_cache_option(cmd, o->m);
   cmd->add_option("--random", o->random, "Random bf16 weights of a named shape: llama3-8b, llama2-7b, qwen2.5-7b, mistral-7b, smollm2-135m");
+  cmd->add_option("--quant", o->quant, "With --random: the projections as random int8, int4 or fp8 weights (default bf16)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (tg tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-d,--depth", o->depth, "Tokens already in the KV cache before each test")->capture_default_str();

@@ -13,7 +13,7 @@ namespace kiln::cli {
 namespace {
 
 struct LogitsOptions {
-  ModelOptions m{"", "cpu", 0};  // the CPU reference by default: this command feeds tests
+  ModelOptions m{"", "cpu", 0, ""};  // the CPU reference by default: this command feeds tests
   std::string prompt, tokens, npy;
   int32_t top = 5;
 };

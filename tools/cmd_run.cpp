@@ -47,6 +47,7 @@ void run(const RunOptions& o) {
              "the prompt has {} tokens but the context holds {} (raise -c/--ctx-size; this model allows up to {})",
              ids.size(), ctx, model.config.context_length);
   auto backend = make_backend(o.m.device, model, pool);
+  apply_kv_cache_option(*backend, o.m);
   auto seq = backend->new_sequence(ctx);
 
   GenerateOptions g;
@@ -82,6 +83,7 @@ void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text for a prompt, streamed to stdout");
   add_model_options(cmd, o->m);
+  add_kv_cache_option(cmd, o->m);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();

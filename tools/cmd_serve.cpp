@@ -55,6 +55,7 @@ void serve(ServeOptions& o) {
   o.engine.end_of_generation = eog;
   int32_t vocab = model.config.vocab_size;
   auto backend = make_backend(o.m.device, model, pool);
+  apply_kv_cache_option(*backend, o.m);
   Engine engine(*backend, o.engine);
   EngineStats st = engine.stats();
   fmt::print(stderr, "kiln serve: engine on {}: {} KV blocks of {} tokens, max_model_len {}, max_num_seqs {}\n",
@@ -85,6 +86,7 @@ void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API (and a chat page at /)");
   add_model_options(cmd, o->m);
+  add_kv_cache_option(cmd, o->m);
   cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0 exposes the server to the network)")
       ->capture_default_str();
   cmd->add_option("--port", o->http.port, "Port (0: any free port)")->capture_default_str();

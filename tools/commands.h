@@ -16,5 +16,7 @@ void add_engine_options(CLI::App* cmd, EngineOptions& options, int64_t& kv_cache
 void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize
 void add_profile_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -16,6 +16,7 @@
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
+#include "kernels/cuda/quant/qmatmul.h"
 #endif
 
 namespace kiln::cli {
@@ -27,6 +28,21 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
                   "Model: a .gguf file or a Hugging Face directory (default: the fetched SmolLM2-135M-Instruct)");
   cmd->add_option("--device", o.device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0: all cores)")->capture_default_str();
+}
+
+void add_kv_cache_option(CLI::App* cmd, ModelOptions& o) {
+  cmd->add_option("--kv-cache", o.kv_cache,
+                  "KV cache format: bf16, int8 or fp8 (int8/fp8: one scale per token and KV head; "
+                  "default: the backend's own, fp32 on the CPU, bf16 on CUDA)");
+}
+
+void apply_kv_cache_option(Backend& backend, const ModelOptions& o) {
+  if (o.kv_cache.empty()) return;
+  KvCacheFormat f = parse_kv_cache_format(o.kv_cache);
+  KILN_CHECK(f != KvCacheFormat::native, invalid_argument, "--kv-cache must be bf16, int8 or fp8, got '{}'", o.kv_cache);
+  if (f == KvCacheFormat::bf16 && backend.name() == "cuda") f = KvCacheFormat::native;  // CUDA caches are bf16
+  backend.set_kv_cache_format(f);
+  fmt::print(stderr, "kiln: KV cache {} on {}\n", o.kv_cache, backend.name());
 }
 
 std::string resolve_model_path(const std::string& arg) {
@@ -77,15 +93,26 @@ std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& mo
   return std::make_unique<CpuBackend>(model.config, std::move(model.weights), pool);
 }
 
-BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_shape, ThreadPool& pool) {
+BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_shape, ThreadPool& pool,
+                              const std::string& random_quant) {
   BenchTarget t;
+  KILN_CHECK(random_quant.empty() || !random_shape.empty(), invalid_argument, "--quant goes with --random");
   if (!random_shape.empty()) {
     ModelConfig c = preset_config(random_shape);
-    t.label = random_shape + " (random bf16)";
+    const std::string qname = random_quant.empty() ? "bf16" : random_quant;
+    const QuantFormat quant = qname == "int8"   ? QuantFormat::int8
+                              : qname == "int4" ? QuantFormat::int4
+                              : qname == "fp8"  ? QuantFormat::fp8
+                                                : QuantFormat::none;
+    KILN_CHECK(quant != QuantFormat::none || qname == "bf16", invalid_argument,
+               "--quant must be bf16, int8, int4 or fp8, got '{}'", qname);
+    t.label = random_shape + " (random " + qname + ")";
 #ifdef KILN_HAVE_CUDA
     KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");
     KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
-    auto b = CudaBackend::random(c, 1234, 0.02f);
+    auto b = CudaBackend::random(c, 1234, 0.02f, {}, quant);
+    if (quant != QuantFormat::none)
+      t.proj_weight_bytes = cuda::qweight_bytes_per_weight(quant, c.hidden_size, quant == QuantFormat::int4 ? 128 : c.hidden_size);
     t.weight_bytes = double(b->weight_bytes());
     t.backend = std::move(b);
 #else

@@ -21,8 +21,14 @@ struct ModelOptions {
   std::string model;
   std::string device = "auto";
   int32_t threads = 0;
+  std::string kv_cache;  // --kv-cache (commands that add it): bf16, int8, fp8; empty: the backend's own
 };
 void add_model_options(CLI::App* cmd, ModelOptions& options);
+// --kv-cache bf16|int8|fp8 (run, serve, bench, perplexity).
+void add_kv_cache_option(CLI::App* cmd, ModelOptions& options);
+// Sets the backend's KV cache format from --kv-cache (nothing when it was not given). bf16 is the
+// CUDA backend's own cache; a format a backend cannot store yet is kiln::Error(unsupported).
+void apply_kv_cache_option(Backend& backend, const ModelOptions& options);
 
 // The -m argument, or the default model (SmolLM2-135M-Instruct Q4_1) fetched by scripts/fetch_model.sh.
 std::string resolve_model_path(const std::string& arg);
@@ -48,8 +54,11 @@ struct BenchTarget {
   std::optional<LoadedModel> model;  // when from a file
   std::string label;
   double weight_bytes = 0;
+  double proj_weight_bytes = 0;  // bytes per weight of the quantized projections (--quant), 0: dense
 };
-BenchTarget open_bench_target(const ModelOptions& options, const std::string& random_shape, ThreadPool& pool);
+// random_quant (with random_shape): "", "bf16", "int8", "int4" or "fp8" for the layers' projections.
+BenchTarget open_bench_target(const ModelOptions& options, const std::string& random_shape, ThreadPool& pool,
+                              const std::string& random_quant = "");
 
 // Token ids written as "1,2,3", "1 2 3" or "[1, 2, 3]"; kiln::Error(invalid_argument) naming
 // `what` for anything else.

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   kiln::cli::add_tokenize_commands(app);
   kiln::cli::add_profile_command(app);
   kiln::cli::add_serve_command(app);
+  kiln::cli::add_quantize_command(app);
+  kiln::cli::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -22,6 +22,28 @@ void Backend::forward(KvSequence& seq, std::span<const int32_t> tokens, bool all
   forward_impl(seq, tokens, all_logits, logits);
 }
 
+std::string_view kv_cache_format_name(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::native: return "native";
+    case KvCacheFormat::bf16: return "bf16";
+    case KvCacheFormat::int8: return "int8";
+    case KvCacheFormat::fp8: return "fp8";
+  }
+  return "?";
+}
+
+KvCacheFormat parse_kv_cache_format(std::string_view name) {
+  for (KvCacheFormat f : {KvCacheFormat::native, KvCacheFormat::bf16, KvCacheFormat::int8, KvCacheFormat::fp8})
+    if (name == kv_cache_format_name(f)) return f;
+  KILN_FAIL(invalid_argument, "--kv-cache must be bf16, int8 or fp8, got '{}'", name);
+}
+
+void Backend::set_kv_cache_format(KvCacheFormat f) {
+  KILN_CHECK(supports_kv_cache_format(f), unsupported, "a {} KV cache is not supported on {} yet", kv_cache_format_name(f),
+             name());
+  kv_cache_format_ = f;
+}
+
 int64_t Backend::default_kv_cache_bytes(double) const { return int64_t(1) << 30; }
 
 std::unique_ptr<KvPool> Backend::new_kv_pool(int32_t, int32_t) {

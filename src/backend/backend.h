@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
@@ -47,6 +48,14 @@ class KvPool {
   int32_t block_size_;
 };
 
+// How a backend's KV caches store keys and values. native: the backend's own precision (fp32 on the
+// CPU reference, bf16 on CUDA); bf16: rounded to bf16; int8 / fp8 (E4M3): one scale per (token, KV
+// head), amax / 127 or amax / 448 (docs/QUANTIZATION.md).
+enum class KvCacheFormat : uint8_t { native, bf16, int8, fp8 };
+std::string_view kv_cache_format_name(KvCacheFormat f);
+// "bf16", "int8", "fp8" (and "native"); kiln::Error(invalid_argument) for anything else.
+KvCacheFormat parse_kv_cache_format(std::string_view name);
+
 // One sequence's share of a forward_batch step.
 struct BatchEntry {
   std::span<const int32_t> tokens;       // run at positions first_position, first_position + 1, ...
@@ -70,6 +79,11 @@ class Backend {
   // token, within the sequence's capacity, ids inside the vocabulary) for every backend alike,
   // then runs forward_impl.
   void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+
+  // How caches made from now on store K and V; kiln::Error(unsupported) naming the backend for a
+  // format it cannot store yet. Set it before new_sequence / new_kv_pool (or an Engine).
+  void set_kv_cache_format(KvCacheFormat f);
+  KvCacheFormat kv_cache_format() const { return kv_cache_format_; }
 
   // Bytes of KV cache one token takes (all layers, K and V): what a pool of N blocks costs.
   int64_t kv_bytes_per_token() const;
@@ -100,6 +114,11 @@ class Backend {
   void host_argmax(const std::vector<float>& logits, std::vector<int32_t>& argmax) const;
   virtual void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                             std::vector<float>& logits) = 0;
+  // The KV formats this backend stores; the default is only its native one.
+  virtual bool supports_kv_cache_format(KvCacheFormat f) const { return f == KvCacheFormat::native; }
+
+ private:
+  KvCacheFormat kv_cache_format_ = KvCacheFormat::native;
 };
 
 }  // namespace kiln

@@ -5,7 +5,7 @@
 //   int8:  q = int8 (two's complement), value = q * scale.                 kiln int8 (group = cols,
 //          per output channel), GGUF Q8_0 (group 32).
 //   int4:  q = unsigned nibble 0..15, value = q * scale + min.             kiln int4 (group 128,
-//          asymmetric: min = -zero * scale), GGUF Q4_0 (group 32, min = -8 * scale), Q4_1 and Q4_K
+//          asymmetric: min = the group's minimum), GGUF Q4_0 (group 32, min = -8 * scale), Q4_1 and Q4_K
 //          (group 32, scale = d * sc, min = -dmin * m).
 //   fp8:   q = fp8 E4M3 byte, value = e4m3(q) * scale.                    kiln fp8 (group = cols);
 //          activations are quantized per token at run time (W8A8).

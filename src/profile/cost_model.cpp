@@ -53,18 +53,19 @@ std::vector<OpCost> batch_ops(const ModelConfig& c, const std::vector<SeqShape>&
   auto named = [&](const char* op) { return std::string(op) + kind; };
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   std::vector<OpCost> ops;
+  const Widths pw = w.projections();
   ops.push_back({"embed", embed(n, H, w)});
   for (int64_t l = 0; l < c.n_layers; ++l) {
     ops.push_back({"rmsnorm", rmsnorm(n, H, w)});
-    ops.push_back({named("qkv"), linear(n, c.q_dim() + 2 * c.kv_dim(), H, w.act, w)});
+    ops.push_back({named("qkv"), linear(n, c.q_dim() + 2 * c.kv_dim(), H, w.act, pw)});
     ops.push_back({"rope_qkv", rope_qkv(n, c, w)});
     if (any_decode) ops.push_back({"attention.decode", decode});
     if (any_prefill) ops.push_back({"attention.prefill", prefill});
-    ops.push_back({named("o"), linear(n, H, c.q_dim(), 2 * w.residual, w)});
+    ops.push_back({named("o"), linear(n, H, c.q_dim(), 2 * w.residual, pw)});
     ops.push_back({"rmsnorm", rmsnorm(n, H, w)});
-    ops.push_back({named("gate_up"), linear(n, 2 * I, H, w.act, w)});
+    ops.push_back({named("gate_up"), linear(n, 2 * I, H, w.act, pw)});
     ops.push_back({"silu_mul", silu_mul(n, I, w)});
-    ops.push_back({named("down"), linear(n, H, I, 2 * w.residual, w)});
+    ops.push_back({named("down"), linear(n, H, I, 2 * w.residual, pw)});
   }
   ops.push_back({"rmsnorm", rmsnorm(n_out, H, w)});
   ops.push_back({n_out <= kGemvMaxRows ? "lm_head.gemv" : "lm_head.gemm", linear(n_out, c.vocab_size, H, 4, w)});

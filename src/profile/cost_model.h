@@ -26,6 +26,15 @@ struct Cost {
 // and activations between kernels, an fp32 residual stream).
 struct Widths {
   double weight = 2, kv = 2, act = 2, residual = 4;
+  // Bytes per weight of the layers' projections (q/k/v, o, gate/up, down) when they are quantized
+  // (data + scales, e.g. 0.5625 for int4 in groups of 128 with fp32 scale and min); 0: `weight`.
+  // The embedding and the head keep `weight`, as `kiln quantize` leaves them.
+  double proj_weight = 0;
+  Widths projections() const {
+    Widths p = *this;
+    if (proj_weight > 0) p.weight = proj_weight;
+    return p;
+  }
 };
 
 // y(m, n) = x(m, k) W(n, k)^T: W once, x once, y once (out_bytes per element of y; an output

@@ -5,6 +5,8 @@
 
 #include "backend/cpu/ops.h"
 #include "core/check.h"
+#include "core/dtype.h"
+#include "quant/quantize.h"
 
 namespace kiln {
 
@@ -73,6 +75,27 @@ void CpuBackend::forward_batch_impl(KvPool& pool, std::span<const BatchEntry> en
   if (argmax) host_argmax(logits, *argmax);
 }
 
+void CpuBackend::linear(const float* x, const HostMatrix& w, const float* bias, float* y, int64_t rows) {
+  if (w.quant.format == QuantFormat::fp8) {
+    act_scratch_.assign(x, x + rows * w.cols);
+    quant::fake_quantize(QuantFormat::fp8, act_scratch_.data(), rows, w.cols);
+    x = act_scratch_.data();
+  }
+  cpu::matmul(pool_, x, w.data.data(), bias, y, rows, w.rows, w.cols);
+}
+
+void CpuBackend::store_format(float* kv, int64_t rows) const {
+  const ModelConfig& c = config_;
+  switch (kv_cache_format()) {
+    case KvCacheFormat::native: return;
+    case KvCacheFormat::bf16:
+      for (int64_t i = 0; i < rows * c.kv_dim(); ++i) kv[i] = round_to_bf16(kv[i]);
+      return;
+    case KvCacheFormat::int8: quant::fake_quantize(QuantFormat::int8, kv, rows * c.n_kv_heads, c.head_dim); return;
+    case KvCacheFormat::fp8: quant::fake_quantize(QuantFormat::fp8, kv, rows * c.n_kv_heads, c.head_dim); return;
+  }
+}
+
 void CpuBackend::run(CpuKvPool& kv, std::span<const BatchEntry> entries, bool all_positions,
                      std::vector<float>& logits) {
   const ModelConfig& c = config_;
@@ -109,11 +132,14 @@ void CpuBackend::run(CpuKvPool& kv, std::span<const BatchEntry> entries, bool al
 
     // Attention block: x += wo * attention(rope(wq * norm(x)), cache + rope(wk * norm(x)), ...)
     cpu::rmsnorm(x.data(), L.attn_norm.data.data(), xn.data(), n, hidden, c.rms_eps);
-    cpu::matmul(pool_, xn.data(), L.wq.data.data(), bias(L.bq), q.data(), n, c.q_dim(), hidden);
-    cpu::matmul(pool_, xn.data(), L.wk.data.data(), bias(L.bk), k_new.data(), n, kv_dim, hidden);
-    cpu::matmul(pool_, xn.data(), L.wv.data.data(), bias(L.bv), v_new.data(), n, kv_dim, hidden);
+    if (observer_) observer_(l, LinearSite::attn_in, xn.data(), n, hidden);
+    linear(xn.data(), L.wq, bias(L.bq), q.data(), n);
+    linear(xn.data(), L.wk, bias(L.bk), k_new.data(), n);
+    linear(xn.data(), L.wv, bias(L.bv), v_new.data(), n);
     cpu::rope(q.data(), positions.data(), n, c.n_heads, c.head_dim, c.rope);
     cpu::rope(k_new.data(), positions.data(), n, c.n_kv_heads, c.head_dim, c.rope);
+    store_format(k_new.data(), n);  // what the cache holds is what attention reads
+    store_format(v_new.data(), n);
     for (int64_t r = 0; r < n; ++r) {
       std::copy_n(k_new.data() + r * kv_dim, kv_dim, kv.row(k_cache, block_of[size_t(r)], slot_of[size_t(r)]));
       std::copy_n(v_new.data() + r * kv_dim, kv_dim, kv.row(v_cache, block_of[size_t(r)], slot_of[size_t(r)]));
@@ -145,15 +171,18 @@ void CpuBackend::run(CpuKvPool& kv, std::span<const BatchEntry> entries, bool al
                        c.n_heads, c.n_kv_heads, c.head_dim);
       }
     });
-    cpu::matmul(pool_, attn.data(), L.wo.data.data(), nullptr, proj.data(), n, hidden, c.q_dim());
+    if (observer_) observer_(l, LinearSite::attn_out, attn.data(), n, c.q_dim());
+    linear(attn.data(), L.wo, nullptr, proj.data(), n);
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
 
     // MLP block: x += w_down * (silu(w_gate * norm(x)) * (w_up * norm(x)))
     cpu::rmsnorm(x.data(), L.ffn_norm.data.data(), xn.data(), n, hidden, c.rms_eps);
-    cpu::matmul(pool_, xn.data(), L.w_gate.data.data(), nullptr, gate.data(), n, c.intermediate_size, hidden);
-    cpu::matmul(pool_, xn.data(), L.w_up.data.data(), nullptr, up.data(), n, c.intermediate_size, hidden);
+    if (observer_) observer_(l, LinearSite::mlp_in, xn.data(), n, hidden);
+    linear(xn.data(), L.w_gate, nullptr, gate.data(), n);
+    linear(xn.data(), L.w_up, nullptr, up.data(), n);
     cpu::silu_mul(gate.data(), up.data(), gate.data(), n * c.intermediate_size);
-    cpu::matmul(pool_, gate.data(), L.w_down.data.data(), nullptr, proj.data(), n, hidden, c.intermediate_size);
+    if (observer_) observer_(l, LinearSite::mlp_act, gate.data(), n, c.intermediate_size);
+    linear(gate.data(), L.w_down, nullptr, proj.data(), n);
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
 
@@ -173,7 +202,7 @@ void CpuBackend::run(CpuKvPool& kv, std::span<const BatchEntry> entries, bool al
   cpu::rmsnorm(last.data(), weights_.final_norm.data.data(), xn.data(), n_out, hidden, c.rms_eps);
   logits.resize(size_t(n_out * c.vocab_size));
   if (n_out > 0)
-    cpu::matmul(pool_, xn.data(), weights_.output().data.data(), nullptr, logits.data(), n_out, c.vocab_size, hidden);
+    linear(xn.data(), weights_.output(), nullptr, logits.data(), n_out);
 }
 
 }  // namespace kiln

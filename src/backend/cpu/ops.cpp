@@ -28,18 +28,6 @@ static float dot(const float* a, const float* b, int64_t k) {
   return sum;
 }
 
-void matmul(ThreadPool& pool, const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
-            int64_t k) {
-  // Each weight row is loaded once and dotted with every activation row while it is in cache.
-  pool.parallel_for(n, [&](int64_t n0, int64_t n1) {
-    for (int64_t j = n0; j < n1; ++j) {
-      const float* wj = w + j * k;
-      float b = bias ? bias[j] : 0.0f;
-      for (int64_t i = 0; i < m; ++i) y[i * n + j] = dot(x + i * k, wj, k) + b;
-    }
-  });
-}
-
 float rope_inv_freq(const RopeConfig& rope, int i) {
   double freq = std::pow(double(rope.theta), -2.0 * i / double(rope.rot_dim));
   if (rope.llama3_factor > 0) {

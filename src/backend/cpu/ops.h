@@ -13,7 +13,8 @@ namespace kiln::cpu {
 // out(rows, dim) = x / rms(x) * weight, per row. rms accumulates in double.
 void rmsnorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps);
 
-// y(m, n) = x(m, k) * w(n, k)^T (+ bias(n) when bias is not null). Threads split n.
+// y(m, n) = x(m, k) * w(n, k)^T (+ bias(n) when bias is not null). Threads split n. Every output is
+// summed in one fixed order whatever m is (matmul.cpp), so batching never changes a row's result.
 void matmul(ThreadPool& pool, const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k);
 

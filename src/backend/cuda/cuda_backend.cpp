@@ -203,22 +203,23 @@ CudaBackend::CudaBackend(ModelConfig config, const ModelWeights& w, CudaBackendO
              w.layers.size(), m.c.n_layers);
   m.embed = upload_bf16({&w.embed});
   m.final_norm = upload_bf16({&w.final_norm});
-  if (!w.lm_head.empty()) m.lm_head = upload_bf16({&w.lm_head});
+  if (!w.lm_head.empty()) m.lm_head = cuda::upload_weight({&w.lm_head});
   for (const LayerWeights& L : w.layers) {
     DeviceLayer d;
     d.attn_norm = upload_bf16({&L.attn_norm});
-    d.w_qkv = upload_bf16({&L.wq, &L.wk, &L.wv});
+    d.w_qkv = cuda::upload_weight({&L.wq, &L.wk, &L.wv});
     if (!L.bq.empty()) d.b_qkv = upload_bf16({&L.bq, &L.bk, &L.bv});
-    d.wo = upload_bf16({&L.wo});
+    d.wo = cuda::upload_weight({&L.wo});
     d.ffn_norm = upload_bf16({&L.ffn_norm});
-    d.w_gu = upload_bf16({&L.w_gate, &L.w_up});
-    d.w_down = upload_bf16({&L.w_down});
+    d.w_gu = cuda::upload_weight({&L.w_gate, &L.w_up});
+    d.w_down = cuda::upload_weight({&L.w_down});
     m.layers.push_back(std::move(d));
   }
+  m.init_quant_scratch();
 }
 
 std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint64_t seed, float scale,
-                                                 CudaBackendOptions options) {
+                                                 CudaBackendOptions options, QuantFormat quant) {
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options, 0));
   Impl& m = *b->impl_;
   const ModelConfig& c = m.c;
@@ -235,23 +236,29 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
     }
     return buf;
   };
+  // A projection of `cols` inputs stacked from `parts` (stream id, rows), in the requested format
+  // (as `kiln quantize` does, only the layers' projections are quantized: embedding and head stay).
+  auto proj = [&](int64_t cols, std::initializer_list<std::pair<uint64_t, int64_t>> parts, QuantFormat f) {
+    return cuda::random_weight(f, cols, parts, seed, scale, s);
+  };
   using namespace rng_tensor;
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   m.embed = make({{embed, c.vocab_size * H}});
   m.final_norm = make({{final_norm, H}});
-  if (!c.tied_embeddings) m.lm_head = make({{lm_head, c.vocab_size * H}});
+  if (!c.tied_embeddings) m.lm_head = proj(H, {{lm_head, c.vocab_size}}, QuantFormat::none);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     DeviceLayer d;
     d.attn_norm = make({{layer(l, attn_norm), H}});
-    d.w_qkv = make({{layer(l, wq), c.q_dim() * H}, {layer(l, wk), c.kv_dim() * H}, {layer(l, wv), c.kv_dim() * H}});
+    d.w_qkv = proj(H, {{layer(l, wq), c.q_dim()}, {layer(l, wk), c.kv_dim()}, {layer(l, wv), c.kv_dim()}}, quant);
     if (c.qkv_bias) d.b_qkv = make({{layer(l, bq), c.q_dim()}, {layer(l, bk), c.kv_dim()}, {layer(l, bv), c.kv_dim()}});
-    d.wo = make({{layer(l, wo), H * c.q_dim()}});
+    d.wo = proj(c.q_dim(), {{layer(l, wo), H}}, quant);
     d.ffn_norm = make({{layer(l, ffn_norm), H}});
-    d.w_gu = make({{layer(l, w_gate), I * H}, {layer(l, w_up), I * H}});
-    d.w_down = make({{layer(l, w_down), H * I}});
+    d.w_gu = proj(H, {{layer(l, w_gate), I}, {layer(l, w_up), I}}, quant);
+    d.w_down = proj(I, {{layer(l, w_down), H}}, quant);
     m.layers.push_back(std::move(d));
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  m.init_quant_scratch();
   return b;
 }
 

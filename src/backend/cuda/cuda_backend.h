@@ -49,9 +49,12 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(ModelConfig config, const ModelWeights& weights, CudaBackendOptions options = {});
   // Weights drawn on the GPU from the hash of model/random_weights.h: bit-identical to
-  // random_weights(config, seed, scale) on the host, for any size.
+  // random_weights(config, seed, scale) on the host, for any size. quant != none: the layers'
+  // projections (q/k/v, o, gate/up, down) are random packed weights of that format instead (int8 per
+  // channel, int4 groups of 128, fp8 per channel; values of about +-scale), for speed runs; the
+  // embedding and the head stay bf16, as `kiln quantize` leaves them.
   static std::unique_ptr<CudaBackend> random(const ModelConfig& config, uint64_t seed, float scale,
-                                             CudaBackendOptions options = {});
+                                             CudaBackendOptions options = {}, QuantFormat quant = QuantFormat::none);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -17,9 +18,11 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cupti_kernel_timer.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_weight.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/stream_hold.h"
 #include "profile/cost_model.h"
 
@@ -57,12 +60,12 @@ class PinnedBuffer {
 
 struct DeviceLayer {
   DeviceBuffer<bf16> attn_norm;  // (hidden)
-  DeviceBuffer<bf16> w_qkv;      // (q_dim + 2 kv_dim, hidden): wq, wk, wv stacked
+  cuda::DeviceWeight w_qkv;      // (q_dim + 2 kv_dim, hidden): wq, wk, wv stacked (bf16 or quantized)
   DeviceBuffer<bf16> b_qkv;      // (q_dim + 2 kv_dim) or empty
-  DeviceBuffer<bf16> wo;         // (hidden, q_dim)
+  cuda::DeviceWeight wo;         // (hidden, q_dim)
   DeviceBuffer<bf16> ffn_norm;   // (hidden)
-  DeviceBuffer<bf16> w_gu;       // (2 inter, hidden): w_gate, w_up stacked
-  DeviceBuffer<bf16> w_down;     // (hidden, inter)
+  cuda::DeviceWeight w_gu;       // (2 inter, hidden): w_gate, w_up stacked
+  cuda::DeviceWeight w_down;     // (hidden, inter)
 };
 
 // Activations for up to `rows` tokens, carved from one allocation (256-byte aligned slices, so
@@ -84,8 +87,13 @@ struct Activations {
   // Split-K partials of the matrix products with kGemvMaxRows < M <= kSplitKMaxRows (matmul.h);
   // only when rows > kGemvMaxRows. In the arena: a fixed address for the captured graphs.
   cuda::MatmulWorkspace splitk;
+  // fp8 (W8A8) weights: the per-token quantized activations of one product, (rows, act_quant_cols)
+  // e4m3 bytes and one scale per row; only when the model has fp8 weights (act_quant_cols > 0).
+  uint8_t* xq = nullptr;
+  float* xs = nullptr;
+  int64_t xq_cols = 0;
 
-  void allocate(const ModelConfig& c, int64_t n_rows, int64_t n_ints, bool gather) {
+  void allocate(const ModelConfig& c, int64_t n_rows, int64_t n_ints, bool gather, int64_t act_quant_cols = 0) {
     const size_t C = size_t(n_rows), H = size_t(c.hidden_size), I = size_t(c.intermediate_size);
     const size_t qkv_dim = size_t(c.q_dim() + 2 * c.kv_dim()), q_dim = size_t(c.q_dim());
     size_t offset = 0;
@@ -100,6 +108,7 @@ struct Activations {
            o_xg = carve(gather ? C * H * 4 : 0);
     const int64_t splitk_floats = n_rows > cuda::kGemvMaxRows ? cuda::kSplitKWorkspaceFloats : 0;
     const size_t o_splitk = carve(size_t(splitk_floats) * 4);
+    const size_t o_xq = carve(C * size_t(act_quant_cols)), o_xs = carve(act_quant_cols ? C * 4 : 0);
     arena = DeviceBuffer<char>();  // free first: the old arena may be large
     arena = DeviceBuffer<char>(offset);
     rows = n_rows;
@@ -115,6 +124,9 @@ struct Activations {
     ints = reinterpret_cast<int32_t*>(base + o_ints);
     xg = gather ? reinterpret_cast<float*>(base + o_xg) : nullptr;
     splitk = {splitk_floats ? reinterpret_cast<float*>(base + o_splitk) : nullptr, splitk_floats};
+    xq = act_quant_cols ? reinterpret_cast<uint8_t*>(base + o_xq) : nullptr;
+    xs = act_quant_cols ? reinterpret_cast<float*>(base + o_xs) : nullptr;
+    xq_cols = act_quant_cols;
   }
 };
 
@@ -131,7 +143,11 @@ struct CudaBackend::Impl {
   ModelConfig c;
   CudaBackendOptions opt;
   cuda::Stream stream;
-  DeviceBuffer<bf16> embed, final_norm, lm_head;  // lm_head empty when tied
+  DeviceBuffer<bf16> embed, final_norm;
+  cuda::DeviceWeight lm_head;  // empty when tied to the embedding
+  // int8/int4 products with M > kQGemvSliceRows multiply a bf16 copy of W made here (qmatmul.h):
+  // sized for the largest such matrix when the weights are uploaded (empty without int8/int4).
+  DeviceBuffer<bf16> qscratch;
   std::vector<cuda_backend::DeviceLayer> layers;
   DeviceBuffer<float> inv_freq;  // (rot_dim / 2), llama3 scaling applied on the host
 
@@ -164,7 +180,45 @@ struct CudaBackend::Impl {
   }
 
   int64_t qkv_dim() const { return c.q_dim() + 2 * c.kv_dim(); }
-  const bf16* output_weight() const { return lm_head.size() ? lm_head.data() : embed.data(); }
+  cuda::QWeight output_weight() const {
+    if (!lm_head.empty()) return lm_head.view();
+    return {QuantFormat::none, c.vocab_size, c.hidden_size, c.hidden_size, embed.data(), nullptr};
+  }
+  // Widest input of an fp8 product (its activation scratch per row), 0 without fp8 weights.
+  int64_t act_quant_cols() const {
+    int64_t cols = 0;
+    auto see = [&](const cuda::DeviceWeight& w) {
+      if (w.format == QuantFormat::fp8) cols = std::max(cols, w.cols);
+    };
+    see(lm_head);
+    for (const cuda_backend::DeviceLayer& d : layers) {
+      see(d.w_qkv);
+      see(d.wo);
+      see(d.w_gu);
+      see(d.w_down);
+    }
+    return cols;
+  }
+  // After the weights are in place, before any graph: qscratch for the int8/int4 matrices, and the
+  // single-sequence activations again with room for fp8 activations when there are fp8 weights.
+  void init_quant_scratch() {
+    size_qscratch();
+    if (const int64_t cols = act_quant_cols()) act.allocate(c, opt.max_chunk, 2 * opt.max_chunk + 1, false, cols);
+  }
+  void size_qscratch() {
+    int64_t elems = 0;
+    auto see = [&](const cuda::DeviceWeight& w) {
+      if (w.format == QuantFormat::int8 || w.format == QuantFormat::int4) elems = std::max(elems, w.rows * w.cols);
+    };
+    see(lm_head);
+    for (const cuda_backend::DeviceLayer& d : layers) {
+      see(d.w_qkv);
+      see(d.wo);
+      see(d.w_gu);
+      see(d.w_down);
+    }
+    qscratch = DeviceBuffer<bf16>(size_t(elems));
+  }
   cudaStream_t s() const { return stream.get(); }
 
   void init_common();  // cuda_backend.cpp
@@ -242,12 +296,23 @@ struct CudaBackend::Impl {
     events_used = 0;
   }
 
-  // ws: the split-K scratch of the activations `in` / `out` belong to (a.splitk).
-  void linear(const char* what, const bf16* in, const bf16* w, const bf16* bias, void* out, OutMode mode, int64_t m,
-              int64_t n, int64_t k, cuda::MatmulWorkspace ws) {
+  // y = in . W^T (+ bias) for m rows; W bf16 or quantized (cuda::qmatmul dispatches on its format).
+  // a: the activations `in` / `out` belong to (their split-K and fp8 scratch).
+  void linear(const char* what, const cuda_backend::Activations& a, const bf16* in, const cuda::QWeight& w,
+              const bf16* bias, void* out, OutMode mode, int64_t m) {
     std::string name = std::string(what) + (m <= cuda::kGemvMaxRows ? ".gemv" : ".gemm");
     double out_bytes = mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8;  // add_f32: read + write
-    op(name, profile::linear(m, n, k, out_bytes), [&] { cuda::matmul(in, w, bias, out, mode, m, n, k, s(), ws); });
+    profile::Widths widths;
+    widths.weight = cuda::qweight_bytes_per_weight(w.format, w.cols, w.group);
+    cuda::QScratch scratch;
+    scratch.w = qscratch.size() ? qscratch.data() : nullptr;
+    scratch.w_elems = int64_t(qscratch.size());
+    scratch.xq = a.xq;
+    scratch.xs = a.xs;
+    scratch.xq_bytes = a.rows * a.xq_cols;
+    scratch.xs_rows = a.xq ? a.rows : 0;
+    op(name, profile::linear(m, w.rows, w.cols, out_bytes, widths),
+       [&] { cuda::qmatmul(in, w, bias, out, mode, m, s(), a.splitk, scratch); });
   }
 
   // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
@@ -260,14 +325,14 @@ struct CudaBackend::Impl {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const cuda_backend::DeviceLayer& L = layers[size_t(l)];
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.attn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
-      linear("qkv", a.xn, L.w_qkv.data(), L.b_qkv.size() ? L.b_qkv.data() : nullptr, a.qkv, OutMode::store_bf16, n,
-             qkv_dim(), H, a.splitk);
+      linear("qkv", a, a.xn, L.w_qkv.view(), L.b_qkv.size() ? L.b_qkv.data() : nullptr, a.qkv, OutMode::store_bf16,
+             n);
       attend(l);
-      linear("o", a.attn, L.wo.data(), nullptr, a.x, OutMode::add_f32, n, H, c.q_dim(), a.splitk);
+      linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
-      linear("gate_up", a.xn, L.w_gu.data(), nullptr, a.gu, OutMode::store_bf16, n, 2 * I, H, a.splitk);
+      linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n);
       op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
-      linear("down", a.h, L.w_down.data(), nullptr, a.x, OutMode::add_f32, n, H, I, a.splitk);
+      linear("down", a, a.h, L.w_down.view(), nullptr, a.x, OutMode::add_f32, n);
     }
   }
 
@@ -276,8 +341,7 @@ struct CudaBackend::Impl {
     const int64_t H = c.hidden_size;
     op("rmsnorm", profile::rmsnorm(n_out, H),
        [&] { cuda::rmsnorm(x_rows, nullptr, final_norm.data(), a.xn, n_out, H, c.rms_eps, s()); });
-    linear("lm_head", a.xn, output_weight(), nullptr, a.logits, OutMode::store_f32, n_out, c.vocab_size, H,
-           a.splitk);
+    linear("lm_head", a, a.xn, output_weight(), nullptr, a.logits, OutMode::store_f32, n_out);
   }
 };
 

@@ -91,10 +91,11 @@ class CudaKvPool final : public KvPool {
   }
 
   // ---- per-step buffers: grow only; growing drops the graphs that hold the old addresses ----
-  void ensure_rows(const ModelConfig& c, int64_t rows) {
+  // act_quant_cols: room for per-token fp8 activations (Impl::act_quant_cols, 0 without fp8 weights).
+  void ensure_rows(const ModelConfig& c, int64_t rows, int64_t act_quant_cols) {
     if (act.rows >= rows) return;
     drop_graphs();
-    act.allocate(c, std::max<int64_t>(16, pow2_at_least(rows)), 0, true);
+    act.allocate(c, std::max<int64_t>(16, pow2_at_least(rows)), 0, true, act_quant_cols);
   }
   void ensure_meta(int64_t n) {
     host_meta.grow(size_t(n));
@@ -245,7 +246,7 @@ void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries,
   const int64_t E = int64_t(entries.size()), B = pow2_at_least(E), bs = pool.block_size(), vocab = c.vocab_size;
   const int64_t S = pow2_at_least(std::max(S_needed, (kMinGraphPositions + bs - 1) / bs));
   const MetaLayout ml(B, B, 0, B, S);
-  pool.ensure_rows(c, B);
+  pool.ensure_rows(c, B, m.act_quant_cols());
   pool.ensure_workspace(cuda::decode_workspace_floats(B, int(c.n_heads), int(c.head_dim), S * bs));
   pool.ensure_meta(ml.total);
 
@@ -328,7 +329,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   const int64_t E = int64_t(entries.size()), R = int64_t(p.logit_rows.size()), vocab = c.vocab_size;
   const int64_t q_dim = c.q_dim(), H = c.hidden_size;
   const MetaLayout ml(p.M, p.n_dec, R, E, p.S);
-  pool.ensure_rows(c, p.M);
+  pool.ensure_rows(c, p.M, m.act_quant_cols());
   if (p.n_dec > 0)
     pool.ensure_workspace(cuda::decode_workspace_floats(p.n_dec, int(c.n_heads), int(c.head_dim), p.max_dec_len));
   pool.ensure_meta(ml.total);

@@ -7,6 +7,19 @@
 #include "model/gguf/ggml_types.h"
 
 namespace kiln::gguf {
+
+// Q4_K: {fp16 d; fp16 dmin; u8 scales[12]; u8 qs[128]}: 8 sub-blocks of 32, each with a 6-bit
+// scale and 6-bit min packed into `scales`; x = d * sc * q - dmin * m.
+void q4_k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = uint8_t((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
 namespace {
 
 uint16_t load_u16(const uint8_t* p) {
@@ -41,18 +54,6 @@ void dequant_q8_0(const uint8_t* b, float* y) {
   float d = load_fp16(b);
   const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
   for (int j = 0; j < 32; ++j) y[j] = d * float(qs[j]);
-}
-
-// Q4_K: {fp16 d; fp16 dmin; u8 scales[12]; u8 qs[128]}: 8 sub-blocks of 32, each with a 6-bit
-// scale and 6-bit min packed into `scales`; x = d * sc * q - dmin * m.
-void q4_k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = uint8_t((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
 }
 
 void dequant_q4_k(const uint8_t* b, float* y) {

@@ -24,6 +24,9 @@ std::optional<TypeTraits> type_traits(uint32_t type_id) {
     case GgmlType::I64: return TypeTraits{"I64", 1, 8};
     case GgmlType::F64: return TypeTraits{"F64", 1, 8};
     case GgmlType::BF16: return TypeTraits{"BF16", 1, 2};
+    case GgmlType::KILN_INT8: return TypeTraits{"KILN_INT8", 1, 1};
+    case GgmlType::KILN_INT4: return TypeTraits{"KILN_INT4", 2, 1};
+    case GgmlType::KILN_FP8: return TypeTraits{"KILN_FP8", 1, 1};
   }
   return std::nullopt;
 }

@@ -7,6 +7,8 @@
 
 #include "core/check.h"
 #include "model/gguf/dequantize.h"
+#include "model/gguf/gguf_quant.h"
+#include "quant/quantize.h"
 
 namespace kiln::gguf {
 namespace {
@@ -30,9 +32,20 @@ HostMatrix read_matrix(const GgufFile& f, const std::string& name, int64_t rows,
   KILN_CHECK(matches, invalid_model, "tensor '{}' has shape {} but the model config implies [{}, {}]", name,
              t->shape_string(), cols, rows);
   auto traits = type_traits(t->type);
+  HostMatrix m(rows, cols);
+  // Quantized weights keep their quantized form too (for the GPU's native kernels); `data` is
+  // always the dequantized fp32 the CPU computes with.
+  if (auto q = quantized_form(f, *t, rows, cols)) {
+    m.quant = std::move(*q);
+    if (is_kiln_type(t->type)) {
+      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) quant::dequantize_row(m.quant, r, m.data.data() + r * cols);
+      });
+      return m;
+    }
+  }
   KILN_CHECK(can_dequantize(t->type), unsupported, "tensor '{}' has type {}, which kiln cannot load yet", name,
              traits->name);
-  HostMatrix m(rows, cols);
   uint64_t row_bytes = uint64_t(cols) / traits->block_elems * traits->block_bytes;
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) dequantize_row(t->type, t->data + r * row_bytes, m.data.data() + r * cols, cols);

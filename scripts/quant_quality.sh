@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The quantization quality table (issue #10) on the CPU: perplexity and KL divergence from the bf16
+# baseline for every weight format and KV-cache format, on the default model and an English corpus
+# from a Debian package (python/quant_corpus.py says which text). Resumable: a configuration whose
+# JSON exists is not run again. Writes bench/results/<date>_cpu_quant_quality.json and prints a table.
+#
+#   scripts/quant_quality.sh                       # all 198 windows of 512 (101k tokens)
+#   KILN=build/tools/kiln WORK=build/quant-quality CHUNKS=198 THREADS=0 scripts/quant_quality.sh
+#
+# Needs ~5 GB in WORK for the baseline's stored log-probabilities.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KILN=${KILN:-build/tools/kiln}
+WORK=${WORK:-build/quant-quality}
+CHUNKS=${CHUNKS:--1}
+THREADS=${THREADS:-0}
+CTX=${CTX:-512}
+MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+PKG=debian-reference-en
+PKG_VERSION=2.100
+mkdir -p "$WORK"
+
+# 1. The corpus: Debian's debian-reference-en package, fetched (no root needed) and unpacked.
+if [[ ! -f "$WORK/eval.txt" ]]; then
+  deb=$(ls "$WORK"/${PKG}_*.deb 2>/dev/null | head -1 || true)
+  if [[ -z "$deb" ]]; then
+    (cd "$WORK" && apt-get download "$PKG=$PKG_VERSION")
+    deb=$(ls "$WORK"/${PKG}_*.deb | head -1)
+  fi
+  dpkg-deb -x "$deb" "$WORK/pkg"
+  python3 python/quant_corpus.py "$WORK/pkg/usr/share/debian-reference/debian-reference.en.txt.gz" "$WORK"
+fi
+
+# 2. The models: the bf16 baseline (the Q4_1 GGUF dequantized, rounded to bf16), then each format
+#    quantized from it.
+quantize() {  # name type [extra args]
+  local out="$WORK/$1.gguf"
+  [[ -f "$out" ]] && return 0
+  local src="$WORK/bf16.gguf"
+  [[ "$1" == bf16 ]] && src="$MODEL"
+  "$KILN" quantize "$src" "$out" --type "$2" -t "$THREADS" "${@:3}" > "$WORK/$1.quantize.log" 2>&1
+}
+
+# 3. Perplexity of each configuration; the baseline stores its log-probs, the others compare.
+ppl() {  # label model [args]
+  local json="$WORK/$1.json"
+  [[ -f "$json" ]] && return 0
+  echo "== $1 ($(date -u +%H:%M:%S))"
+  "$KILN" perplexity -m "$WORK/$2.gguf" -f "$WORK/eval.txt" -c "$CTX" --chunks "$CHUNKS" -t "$THREADS" \
+      --device cpu --json "$json.tmp" "${@:3}" 2> "$WORK/$1.log" | tail -2
+  mv "$json.tmp" "$json"
+}
+
+quantize bf16 bf16
+ppl bf16 bf16 --save-logits "$WORK/bf16.klb"
+quantize int8 int8 && ppl int8 int8 --kl-base "$WORK/bf16.klb"
+quantize int4 int4 && ppl int4 int4 --kl-base "$WORK/bf16.klb"
+quantize int4-awq int4 --calib "$WORK/calib.txt" && ppl int4-awq int4-awq --kl-base "$WORK/bf16.klb"
+quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
+ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
+ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
+# int4 with the GGUF Q4 kernels' group of 32 (the default model's weights are Q4_1 g32 already).
+quantize int4-g32 int4 --group 32 && ppl int4-g32 int4-g32 --kl-base "$WORK/bf16.klb"
+
+# 4. One JSON with every row, and the table.
+python3 - "$WORK" "$PKG" "$PKG_VERSION" "$CHUNKS" "$CTX" <<'PY'
+import datetime, json, pathlib, platform, subprocess, sys
+work, pkg, version, chunks, ctx = pathlib.Path(sys.argv[1]), *sys.argv[2:]
+rows = []
+labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per channel)"),
+          ("int4", "INT4 weights (g128/g64, RTN)"), ("int4-awq", "INT4 weights (g128/g64) + AWQ scales"),
+          ("int4-g32", "INT4 weights (g32, RTN)"),
+          ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
+          ("kv-fp8", "BF16 weights, FP8 KV cache")]
+for key, label in labels:
+    f = work / f"{key}.json"
+    if not f.exists():
+        continue
+    r = json.loads(f.read_text())
+    size = (work / f"{'bf16' if key.startswith('kv') else key}.gguf").stat().st_size
+    rows.append({"config": key, "label": label, "file_mib": round(size / 2**20, 2), **r})
+base = next((r["ppl"] for r in rows if r["config"] == "bf16"), None)
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+out = {"date": datetime.date.today().isoformat(), "machine": f"{cpu}, {len(open('/proc/cpuinfo').read().split('processor')) - 1} cores",
+       "commit": commit, "command": f"scripts/quant_quality.sh (CHUNKS={chunks}, CTX={ctx})",
+       "corpus": f"{pkg} {version}: /usr/share/debian-reference/debian-reference.en.txt.gz, cut by python/quant_corpus.py",
+       "model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized, rounded to bf16 = baseline)", "rows": rows}
+suffix = "" if chunks == "-1" else f"_{chunks}chunks"  # a shortened run is not the acceptance table
+dest = pathlib.Path("bench/results") / f"{out['date']}_cpu_quant_quality{suffix}.json"
+dest.write_text(json.dumps(out, indent=2) + "\n")
+print(f"| configuration | file MiB | PPL | vs BF16 | mean KL | p99 KL | same top-1 |")
+print(f"|---|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    rel = f"{100 * (r['ppl'] / base - 1):+.2f}%" if base else "-"
+    kl = (f"{r['kl_mean']:.5f} | {r['kl_p99']:.4f} | {100 * r['same_top1']:.2f}%" if "kl_mean" in r else "- | - | -")
+    print(f"| {r['label']} | {r['file_mib']} | {r['ppl']:.4f} ± {r['ppl_err']:.4f} | {rel} | {kl} |")
+print(f"wrote {dest}")
+PY

@@ -1,0 +1,53 @@
+#include "quant/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+
+namespace kiln::quant {
+
+std::vector<float> SiteStats::mean_abs() const {
+  std::vector<float> m(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) m[size_t(i)] = tokens ? float(abs_sum[size_t(i)] / double(tokens)) : 0.0f;
+  return m;
+}
+
+Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                      std::span<const int32_t> tokens, int64_t window, int64_t max_samples) {
+  KILN_CHECK(window > 0 && int64_t(tokens.size()) >= window, invalid_argument,
+             "the calibration text has {} tokens; it needs at least one window of {}", tokens.size(), window);
+  const int64_t n_windows = int64_t(tokens.size()) / window, n_tokens = n_windows * window;
+  const int64_t stride = std::max<int64_t>(1, n_tokens / std::max<int64_t>(max_samples, 1));
+  Calibration cal;
+  cal.layers.resize(size_t(config.n_layers));
+  cal.tokens = n_tokens;
+  int64_t first_token = 0;  // global index of row 0 of the current forward
+  CpuBackend backend(config, weights, pool);
+  backend.set_activation_observer([&](int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
+    SiteStats& s = cal.layers[size_t(layer)][size_t(site)];
+    if (s.cols == 0) {
+      s.cols = cols;
+      s.abs_sum.assign(size_t(cols), 0.0);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * cols;
+      for (int64_t i = 0; i < cols; ++i) s.abs_sum[size_t(i)] += std::fabs(row[i]);
+      if ((first_token + r) % stride == 0 && s.n_samples < max_samples) {
+        s.samples.insert(s.samples.end(), row, row + cols);
+        ++s.n_samples;
+      }
+    }
+    s.tokens += rows;
+  });
+  std::vector<float> logits;
+  for (int64_t w = 0; w < n_windows; ++w) {
+    auto seq = backend.new_sequence(window);
+    first_token = w * window;
+    backend.forward(*seq, tokens.subspan(size_t(w * window), size_t(window)), false, logits);
+  }
+  return cal;
+}
+
+}  // namespace kiln::quant

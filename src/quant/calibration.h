@@ -1,0 +1,40 @@
+// Activation statistics of a model on a calibration text, for the AWQ scale search (awq.h).
+//
+// The CPU reference runs the text in windows; an observer on every matrix product's input keeps,
+// per layer and site (model: cpu_backend.h's LinearSite), the mean |x| of each input channel over
+// all tokens (AWQ's "activation scale") and an evenly spaced sample of whole input rows, on which
+// the search measures each candidate's output error.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace kiln::quant {
+
+struct SiteStats {
+  int64_t cols = 0;
+  std::vector<double> abs_sum;  // cols: sum over tokens of |x|
+  int64_t tokens = 0;
+  std::vector<float> samples;   // n_samples x cols, row-major
+  int64_t n_samples = 0;
+
+  std::vector<float> mean_abs() const;
+};
+
+struct Calibration {
+  std::vector<std::array<SiteStats, 4>> layers;  // [layer][LinearSite]
+  int64_t tokens = 0;
+};
+
+// Runs `tokens` through a CPU copy of the model in windows of `window` tokens (each window a fresh
+// sequence, as perplexity does) and keeps up to `max_samples` rows per site.
+Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                      std::span<const int32_t> tokens, int64_t window, int64_t max_samples);
+
+}  // namespace kiln::quant

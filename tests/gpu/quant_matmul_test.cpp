@@ -1,0 +1,205 @@
+// The quantized matrix products (kernels/cuda/quant) against the CPU reference: dequantize in fp32,
+// then cpu::matmul, on random codes and scales, odd shapes, both group sizes, every output mode.
+// Tolerances (normalized error, gpu_test_util.h): the fused GEMVs and the fp8 paths multiply the
+// exact dequantized values (integers or e4m3 values times fp32 scales, applied in fp32), so fp32
+// outputs differ from the reference only in summation order: kTolF32Out (1e-4). bf16 outputs carry
+// one bf16 rounding: kTolBf16Out. The int8/int4 path for M > 64 multiplies a bf16 copy of W (each
+// weight rounded once, relative 2^-9): kTolBf16Out for every mode. The fp8 wgmma GEMM (M > 16 on
+// sm_90a) accumulates inside the tensor core with less than fp32 precision (Hopper's fp8 MMA keeps
+// ~14 mantissa bits of the running sum, as DeepSeek-V3 reports; measured here 1e-4..8e-4 normalized
+// at K = 272..1152): kTolFp8Gemm, still far below the W8A8 quantization error itself (~3%).
+constexpr double kTolFp8Gemm = 2e-3;
+#include <fmt/core.h>
+
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/device_weight.h"
+#include "gpu_test_util.h"
+#include "kernels/cuda/quant/qmatmul.h"
+#include "quant_test_util.h"
+
+namespace kiln::gputest {
+namespace {
+
+using cuda::OutMode;
+
+constexpr OutMode kModes[] = {OutMode::store_bf16, OutMode::store_f32, OutMode::add_f32};
+
+struct Case {
+  QuantFormat format;
+  int64_t m, n, k, group;
+};
+
+std::string describe(const Case& c, OutMode mode, bool bias) {
+  const char* f = c.format == QuantFormat::int8 ? "int8" : c.format == QuantFormat::int4 ? "int4" : "fp8";
+  return fmt::format("{} M={} N={} K={} group={} mode={} bias={}", f, c.m, c.n, c.k, c.group, int(mode), bias);
+}
+
+// Runs qmatmul (the backend's dispatch) or, when kernel_only, the M <= 16 kernel itself, and checks
+// it against the reference.
+void check(const Case& c, OutMode mode, bool bias, uint32_t seed) {
+  SCOPED_TRACE(describe(c, mode, bias));
+  ThreadPool pool(2);
+  HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, seed);
+  auto x = random_bf16_values(size_t(c.m * c.k), seed + 1);
+  auto b = random_bf16_values(size_t(c.n), seed + 2, 0.5f);
+  auto y0 = random_bf16_values(size_t(c.m * c.n), seed + 3);
+  const std::vector<float> xr = c.format == QuantFormat::fp8 ? fp8_fake_quantize_rows(x, c.m, c.k) : x;
+  std::vector<float> ref(size_t(c.m * c.n));
+  cpu::matmul(pool, xr.data(), w.data.data(), bias ? b.data() : nullptr, ref.data(), c.m, c.n, c.k);
+  if (mode == OutMode::add_f32)
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
+
+  cuda::DeviceWeight dw = cuda::upload_weight({&w});
+  ASSERT_EQ(int(dw.format), int(c.format)) << "the shape should pack";
+  auto dx = to_device_bf16(x), db = to_device_bf16(b);
+  DeviceBuffer<bf16> wscratch(size_t(c.n * c.k));
+  DeviceBuffer<uint8_t> xq(size_t(c.m * c.k));
+  DeviceBuffer<float> xs(size_t(c.m));
+  cuda::QScratch scratch{wscratch.data(), int64_t(wscratch.size()), xq.data(), xs.data(), c.m * c.k, c.m};
+  auto run = [&](void* y) {
+    cuda::qmatmul(dx.data(), dw.view(), bias ? db.data() : nullptr, y, mode, c.m, nullptr, {}, scratch);
+    cuda::cuda_synchronize();
+  };
+  std::vector<float> out;
+  if (mode == OutMode::store_bf16) {
+    DeviceBuffer<bf16> y(ref.size());
+    y.poison();
+    run(y.data());
+    out = from_device_bf16(y);
+  } else {
+    DeviceBuffer<float> y(ref.size());
+    if (mode == OutMode::add_f32)
+      y.upload(y0);
+    else
+      y.poison();
+    run(y.data());
+    out = y.to_host();
+  }
+  const bool dequant_path = c.format != QuantFormat::fp8 && c.m > cuda::kQGemvSliceRows;
+  const bool fp8_gemm_path = c.format == QuantFormat::fp8 && c.m > cuda::kGemvMaxRows && cuda::fp8_gemm_available();
+  const double tol = mode == OutMode::store_bf16 || dequant_path ? kTolBf16Out : fp8_gemm_path ? kTolFp8Gemm : kTolF32Out;
+  EXPECT_LT(rel_error(out, ref), tol);
+}
+
+// Every M the GEMV takes, odd N (not a multiple of the 16-row tile; 4500 takes the 4-warp blocks on
+// an H200), K from one super-chunk to many, both group sizes of each integer format.
+// Both int8/int4 GEMV versions (v1 registers, v2 cp.async ring; qmatmul.h).
+TEST(GpuQuant, GemvEveryRowCount) {
+  KILN_REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (int version : {1, 2}) {
+  cuda::qgemv_set_version(version);
+  SCOPED_TRACE(testing::Message() << "qgemv v" << version);
+  for (int64_t m : {1, 2, 3, 7, 8, 9, 15, 16})
+    for (Case c : {Case{QuantFormat::int8, m, 37, 256, 256}, Case{QuantFormat::int8, m, 300, 1152, 32},
+                   Case{QuantFormat::int8, m, 4500, 64, 64}, Case{QuantFormat::int4, m, 37, 256, 128},
+                   Case{QuantFormat::int4, m, 300, 1152, 32}, Case{QuantFormat::int4, m, 4500, 128, 128},
+                   Case{QuantFormat::int4, m, 129, 4096, 128}, Case{QuantFormat::fp8, m, 37, 272, 272},
+                   Case{QuantFormat::fp8, m, 4500, 64, 64}, Case{QuantFormat::fp8, m, 129, 4096, 4096}})
+      for (OutMode mode : kModes) check(c, mode, (m + int(mode)) % 2 == 0, seed++);
+  }
+  cuda::qgemv_set_version(0);
+}
+
+// M past the GEMV: 17 and 64 (16-row GEMV slices for int8/int4), 65 and 100 (dequantize + bf16
+// GEMM), and the fp8 wgmma GEMM (its 128x128 and 128x256 tiles: N = 4500 at M = 300 fills an H200).
+TEST(GpuQuant, PrefillRowCounts) {
+  KILN_REQUIRE_GPU();
+  uint32_t seed = 900;
+  for (int64_t m : {17, 64, 65, 100})
+    for (Case c : {Case{QuantFormat::int8, m, 300, 1152, 32}, Case{QuantFormat::int8, m, 37, 256, 256},
+                   Case{QuantFormat::int4, m, 300, 1152, 32}, Case{QuantFormat::int4, m, 129, 512, 128},
+                   Case{QuantFormat::fp8, m, 300, 1152, 1152}, Case{QuantFormat::fp8, m, 37, 272, 272}})
+      for (OutMode mode : kModes) check(c, mode, m % 2 == 1, seed++);
+  for (OutMode mode : kModes) {
+    check({QuantFormat::fp8, 300, 4500, 1024, 1024}, mode, true, seed++);
+    check({QuantFormat::fp8, 513, 200, 1040, 1040}, mode, false, seed++);  // K tail: TMA zero fill
+  }
+}
+
+// The dequantization kernel reads the packed layout back: every element equals the host's
+// dequantized value rounded to bf16 (up to one bf16 step where the fp32 forms round differently).
+TEST(GpuQuant, PackThenDequantizeRoundTrips) {
+  KILN_REQUIRE_GPU();
+  for (Case c : {Case{QuantFormat::int8, 1, 33, 192, 32}, Case{QuantFormat::int8, 1, 17, 320, 320},
+                 Case{QuantFormat::int4, 1, 33, 384, 32}, Case{QuantFormat::int4, 1, 17, 384, 128},
+                 Case{QuantFormat::fp8, 1, 9, 48, 48}}) {
+    SCOPED_TRACE(describe(c, OutMode::store_bf16, false));
+    HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, 7);
+    cuda::DeviceWeight dw = cuda::upload_weight({&w});
+    DeviceBuffer<bf16> out(size_t(c.n * c.k));
+    out.poison();
+    cuda::dequantize_to_bf16(dw.view(), out.data(), nullptr);
+    cuda::cuda_synchronize();
+    std::vector<float> got = from_device_bf16(out);
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = round_to_bf16(w.data[i]);
+      // 1e-6 absolute: the packed form adds q + offset and folds the offset into the min, so a value
+      // near zero carries the min's fp32 rounding (~1e-4 of a scale of <= 1e-3 here).
+      if (!(std::fabs(got[i] - want) <= std::fabs(want) * (1.0f / 128) + 1e-6f)) ++bad;
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+// Matrices stacked as the backend fuses them (q/k/v): one packed weight when formats and groups
+// agree; bf16 when they differ or the shape does not pack.
+TEST(GpuQuant, UploadStacksOrFallsBack) {
+  KILN_REQUIRE_GPU();
+  HostMatrix a = random_quantized(QuantFormat::int4, 64, 256, 128, 1), b = random_quantized(QuantFormat::int4, 16, 256, 128, 2);
+  HostMatrix c32 = random_quantized(QuantFormat::int4, 16, 256, 32, 3), odd = random_quantized(QuantFormat::int8, 8, 96, 32, 4);
+  EXPECT_EQ(int(cuda::upload_weight({&a, &b}).format), int(QuantFormat::int4));
+  EXPECT_EQ(cuda::upload_weight({&a, &b}).rows, 80);
+  EXPECT_EQ(int(cuda::upload_weight({&a, &c32}).format), int(QuantFormat::none));
+  EXPECT_EQ(int(cuda::upload_weight({&odd}).format), int(QuantFormat::none));  // K = 96: no 64-wide super-chunks
+  // The stacked product equals the two products one after the other.
+  ThreadPool pool(2);
+  auto x = random_bf16_values(3 * 256, 5);
+  std::vector<float> ref(3 * 80), ra(3 * 64), rb(3 * 16);
+  cpu::matmul(pool, x.data(), a.data.data(), nullptr, ra.data(), 3, 64, 256);
+  cpu::matmul(pool, x.data(), b.data.data(), nullptr, rb.data(), 3, 16, 256);
+  for (int m = 0; m < 3; ++m) {
+    std::copy(ra.begin() + m * 64, ra.begin() + m * 64 + 64, ref.begin() + m * 80);
+    std::copy(rb.begin() + m * 16, rb.begin() + m * 16 + 16, ref.begin() + m * 80 + 64);
+  }
+  cuda::DeviceWeight dw = cuda::upload_weight({&a, &b});
+  auto dx = to_device_bf16(x);
+  DeviceBuffer<float> y(ref.size());
+  y.poison();
+  cuda::qmatmul(dx.data(), dw.view(), nullptr, y.data(), OutMode::store_f32, 3, nullptr);
+  cuda::cuda_synchronize();
+  EXPECT_LT(rel_error(y.to_host(), ref), kTolF32Out);
+}
+
+// Per-token fp8 activations: the same bytes and scales as the CPU reference's encoder.
+TEST(GpuQuant, Fp8ActivationQuantizationMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  for (int64_t k : {64, 1000, 4096}) {
+    const int64_t m = 5;
+    auto x = random_bf16_values(size_t(m * k), 11, 3.0f);
+    for (int64_t i = 0; i < k; ++i) x[size_t(2 * k + i)] = 0.0f;  // a zero row
+    auto dx = to_device_bf16(x);
+    DeviceBuffer<uint8_t> xq(size_t(m * k));
+    DeviceBuffer<float> xs{size_t(m)};
+    cuda::fp8_quantize_rows(dx.data(), m, k, xq.data(), xs.data(), nullptr);
+    cuda::cuda_synchronize();
+    auto q = xq.to_host();
+    auto s = xs.to_host();
+    int bad = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      float amax = 0;
+      for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[size_t(r * k + i)]));
+      EXPECT_EQ(s[size_t(r)], amax / 448.0f) << "row " << r;
+      const float inv = amax > 0 ? 448.0f / amax : 0.0f;
+      for (int64_t i = 0; i < k; ++i)
+        bad += q[size_t(r * k + i)] != quant::f32_to_e4m3(x[size_t(r * k + i)] * inv);
+    }
+    EXPECT_EQ(bad, 0) << "K=" << k;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::gputest

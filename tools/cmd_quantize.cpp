@@ -1,0 +1,201 @@
+// kiln quantize IN.gguf OUT.gguf --type int8|int4|fp8|bf16 [--calib FILE]: rewrites a GGUF with every
+// linear weight (q, k, v, o, gate, up, down) in kiln's format, one progress line per tensor as
+// llama-quantize prints them; everything else (embeddings, norms, output head, tokenizer, chat
+// template and all other metadata) is kept. --type bf16 writes the weights (embeddings and head
+// included) rounded to bf16: the reference model the quality table measures the formats against.
+// --calib runs the AWQ-style scale search (src/quant/awq.h) for int4 on a calibration text.
+// Byte layouts and metadata keys: docs/QUANTIZATION.md.
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "commands.h"
+#include "common.h"
+#include "core/check.h"
+#include "core/dtype.h"
+#include "model/gguf/ggml_types.h"
+#include "model/gguf/gguf_names.h"
+#include "model/gguf/gguf_quant.h"
+#include "model/gguf/gguf_writer.h"
+#include "quant/awq.h"
+#include "quant/calibration.h"
+#include "quant/quantize_model.h"
+
+namespace kiln::cli {
+namespace {
+
+struct QuantizeOptions {
+  std::string input, output, type, calib;
+  int32_t threads = 0;
+  int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
+};
+
+uint32_t kiln_type_of(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::int8: return uint32_t(gguf::GgmlType::KILN_INT8);
+    case QuantFormat::int4: return uint32_t(gguf::GgmlType::KILN_INT4);
+    case QuantFormat::fp8: return uint32_t(gguf::GgmlType::KILN_FP8);
+    case QuantFormat::none: break;
+  }
+  KILN_FAIL(internal, "no kiln type for an unquantized matrix");
+}
+
+std::vector<uint8_t> bf16_bytes(const std::vector<float>& values) {
+  std::vector<uint8_t> b(values.size() * 2);
+  for (size_t k = 0; k < values.size(); ++k) {
+    const uint16_t h = f32_to_bf16(values[k]);
+    std::memcpy(b.data() + 2 * k, &h, 2);
+  }
+  return b;
+}
+
+// A kiln input's ".scales"/".mins" of a linear weight: rewritten with the weight, never copied.
+bool is_linear_companion(const gguf::GgufFile& f, const std::string& name) {
+  for (std::string_view suffix : {".scales", ".mins"}) {
+    if (!name.ends_with(suffix)) continue;
+    const std::string base = name.substr(0, name.size() - suffix.size());
+    const gguf::TensorInfo* t = f.find_tensor(base);
+    if (t && gguf::is_kiln_type(t->type) && gguf::is_linear_weight(base)) return true;
+  }
+  return false;
+}
+
+double mib(uint64_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
+
+std::string type_label(uint32_t type) {
+  std::string s(gguf::type_traits(type)->name);
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
+  const Tokenizer& tokenizer = require_tokenizer(model);
+  std::string text = read_text_file(o.calib, "calibration text");
+  std::vector<int32_t> ids = tokenizer.encode(text, tokenizer.add_bos_default(), false);
+  if (int64_t(ids.size()) > o.calib_tokens) ids.resize(size_t(o.calib_tokens));
+  KILN_CHECK(int64_t(ids.size()) >= o.calib_ctx, invalid_argument,
+             "the calibration text '{}' has {} tokens; it needs at least --calib-ctx = {}", o.calib, ids.size(),
+             o.calib_ctx);
+  auto t0 = std::chrono::steady_clock::now();
+  fmt::print(stderr, "kiln quantize: calibrating on {} tokens of '{}' (windows of {}) ...\n",
+             ids.size() / size_t(o.calib_ctx) * size_t(o.calib_ctx), o.calib, o.calib_ctx);
+  quant::Calibration cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.calib_samples);
+  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; AWQ scale search (alpha in 0..1, 21 points):\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  quant::apply_awq(model.weights, model.config, cal, pool, o.group, [](const quant::AwqChoice& ch) {
+    fmt::print(stderr, "  layer {:3} {:<8} alpha {:.2f}  output error {:.4g} -> {:.4g} ({:+.1f}%)\n", ch.layer,
+               ch.group, ch.alpha, ch.error_rtn, ch.error,
+               ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0);
+  });
+}
+
+void quantize(const QuantizeOptions& o) {
+  namespace fs = std::filesystem;
+  const quant::TargetType target = quant::parse_target_type(o.type);
+  KILN_CHECK(o.calib.empty() || target == quant::TargetType::int4, invalid_argument,
+             "--calib (the AWQ scale search) applies to --type int4 only");
+  KILN_CHECK(o.group >= 32 && o.group <= 4096 && (o.group & (o.group - 1)) == 0, invalid_argument,
+             "--group must be a power of two from 32 to 4096, got {}", o.group);
+  KILN_CHECK(fs::exists(o.input), io, "input '{}' does not exist", o.input);
+  KILN_CHECK(!fs::is_directory(o.input), unsupported,
+             "'{}' is a directory: kiln quantize reads GGUF files only (it keeps the GGUF's tokenizer and chat "
+             "template, which kiln cannot yet write from a Hugging Face tokenizer.json); convert the directory with "
+             "llama.cpp's convert_hf_to_gguf.py --outtype bf16 first",
+             o.input);
+  KILN_CHECK(fs::weakly_canonical(o.input) != fs::weakly_canonical(o.output), invalid_argument,
+             "the output must not be the input file");
+
+  ThreadPool pool(o.threads);
+  LoadedModel model = load_with_progress(o.input, pool);
+  gguf::GgufFile in = gguf::GgufFile::open(o.input);
+  if (!o.calib.empty()) run_awq(o, model, pool);
+
+  gguf::GgufWriter out;
+  for (const auto& [key, value] : in.metadata()) out.set(key, value);
+  out.set_string(gguf::kQuantTypeKey, std::string(quant::target_name(target)));
+  out.set_u32(gguf::kQuantVersionKey, 1);
+  out.set_bool(gguf::kQuantAwqKey, !o.calib.empty());
+  if (target == quant::TargetType::int4) out.set_u32(gguf::kQuantGroupKey, uint32_t(o.group));
+  if (target == quant::TargetType::bf16) out.set_u32("general.file_type", 32);  // LLAMA_FTYPE_MOSTLY_BF16
+  else out.erase("general.file_type");  // llama.cpp's enum has no value for kiln's types
+
+  std::map<std::string, HostMatrix*> named = gguf::named_tensors(model.weights);
+  const size_t n = in.tensors().size();
+  uint64_t bytes_in = 0, bytes_out = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    const gguf::TensorInfo& t = in.tensors()[i];
+    if (is_linear_companion(in, t.name)) continue;
+    auto it = named.find(t.name);
+    HostMatrix* m = it == named.end() ? nullptr : it->second;
+    std::string shape;
+    for (size_t d = 0; d < 4; ++d) shape += fmt::format("{}{:5}", d ? ", " : "", d < t.ne.size() ? t.ne[d] : 1);
+    fmt::print(stderr, "[{:4}/{:4}] {:>36} - [{}], type = {:>6}, ", i + 1, n, t.name, shape, type_label(t.type));
+    bytes_in += t.n_bytes;
+    uint64_t written = 0;
+    if (m && gguf::is_linear_weight(t.name)) {
+      quant::quantize_matrix(*m, target, o.group);
+      if (target == quant::TargetType::bf16) {
+        written = m->data.size() * 2;
+        out.add_tensor(t.name, t.ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m->data));
+      } else {
+        const QuantizedMatrix& q = m->quant;
+        const std::vector<uint64_t> scale_ne = {uint64_t(q.groups()), uint64_t(q.rows)};
+        out.add_tensor(t.name, t.ne, kiln_type_of(q.format), std::span<const uint8_t>(q.q));
+        out.add_tensor(t.name + ".scales", scale_ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(q.scales));
+        written = q.q.size() + q.scales.size() * 4;
+        if (!q.mins.empty()) {
+          out.add_tensor(t.name + ".mins", scale_ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(q.mins));
+          written += q.mins.size() * 4;
+        }
+      }
+      fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB -> {:8.2f} MiB\n",
+                 target == quant::TargetType::bf16 ? "bf16" : type_label(kiln_type_of(m->quant.format)),
+                 mib(t.n_bytes), mib(written));
+    } else if (m && m->rows == 1) {
+      // Norms and biases: fp32 from the loaded values (AWQ may have folded scales into them).
+      written = m->data.size() * 4;
+      out.add_tensor(t.name, t.ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(m->data));
+      fmt::print(stderr, "size = {:8.3f} MiB (f32)\n", mib(written));
+    } else if (m && target == quant::TargetType::bf16) {
+      quant::quantize_matrix(*m, target);
+      written = m->data.size() * 2;
+      out.add_tensor(t.name, t.ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m->data));
+      fmt::print(stderr, "converting to bf16 .. size = {:8.2f} MiB -> {:8.2f} MiB\n", mib(t.n_bytes), mib(written));
+    } else {
+      written = t.n_bytes;
+      out.add_tensor(t.name, t.ne, t.type, std::span<const uint8_t>(t.data, t.n_bytes));
+      fmt::print(stderr, "size = {:8.2f} MiB (kept)\n", mib(written));
+    }
+    bytes_out += written;
+  }
+  const uint64_t file_bytes = out.write(o.output);
+  fmt::print(stderr, "kiln quantize: model size = {:.2f} MiB, quantized size = {:.2f} MiB ({})\n", mib(bytes_in),
+             mib(bytes_out), quant::target_name(target));
+  fmt::print(stderr, "kiln quantize: wrote {} ({:.2f} MiB) in {:.1f} s\n", o.output, mib(file_bytes),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+}  // namespace
+
+void add_quantize_command(CLI::App& app) {
+  auto o = std::make_shared<QuantizeOptions>();
+  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a GGUF's linear weights to int8, int4 or fp8 (or bf16)");
+  cmd->add_option("input", o->input, "Input model (.gguf)")->required();
+  cmd->add_option("output", o->output, "Output .gguf")->required();
+  cmd->add_option("--type", o->type, "int8 (per channel), int4 (group 128), fp8 (E4M3 per channel) or bf16")
+      ->required();
+  cmd->add_option("--group", o->group, "int4: columns per scale (halved until it divides a row, down to 32)")
+      ->capture_default_str();
+  cmd->add_option("--calib", o->calib, "int4: a calibration text for the AWQ-style scale search");
+  cmd->add_option("--calib-tokens", o->calib_tokens, "Calibration tokens used (from the start of --calib)")
+      ->capture_default_str();
+  cmd->add_option("--calib-ctx", o->calib_ctx, "Calibration window in tokens")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  cmd->callback([o] { quantize(*o); });
+}
+
+}  // namespace kiln::cli
