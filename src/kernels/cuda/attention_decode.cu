@@ -39,6 +39,7 @@
 #include <mutex>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/epilogue.cuh"
 
@@ -242,19 +243,9 @@ constexpr size_t decode_smem_bytes() {
   return size_t(kMmaRows * D + kStages * 2 * attn::kTileKv * D) * sizeof(bf16);
 }
 
-// Programmatic dependent launch (sm_90): the split kernel lets the combine kernel launch while it
-// runs; the combine waits for the split kernel's writes before reading the workspace. Both are
-// no-ops where the launch carried no PDL attribute.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (sm_90, pdl.cuh): the split kernel lets the combine kernel launch
+// while it runs; the combine waits for the split kernel's writes before reading the workspace.
+// Both are no-ops where the launch carried no PDL attribute.
 
 // Two blocks per SM (187 registers at D = 128); the 2-stage variant (68 KB of shared memory) is
 // held to 168 registers so three fit.
@@ -424,7 +415,7 @@ __global__ void __launch_bounds__(kAttnMaxHeadDim)
   const int len = kv_len[b];
   const int n_used = decode_split(len, P, 0, interleave).used;
   if (n_used <= 1) return;  // one block (or none) had data: the split kernel wrote the output
-  pdl_wait_primary();       // the split kernel's partials are complete and visible
+  pdl_wait();       // the split kernel's partials are complete and visible
   const int64_t row = (int64_t(b) * n_heads + h) * ws_splits;
   const float2* ml = reinterpret_cast<const float2*>(ws.partial_ml) + row;  // (max, sum) per chunk
   float mx = -INFINITY;

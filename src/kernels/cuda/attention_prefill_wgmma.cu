@@ -49,6 +49,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/wgmma_ptx.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -71,25 +72,8 @@ struct FaCfg {
 #endif
 
 #ifdef KILN_FA3_DEVICE
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
+using namespace wgmma_ptx;
+
 // One 3-D TMA box at coordinates (c0, c1, c2) into shared memory, completing on mbarrier bar.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
                                             int c2) {
@@ -99,26 +83,11 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
-// K-major 128B-swizzle descriptor (rows of 128 B, 8-row groups 1024 B apart).
-__device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
 // MN-major 128B-swizzle descriptor: lbo = bytes between 64-element groups along N, sbo = bytes
 // between 8-row groups along K.
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-template <int R>
-__device__ __forceinline__ void fence_regs(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -130,15 +99,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_ACC64_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : KILN_WGMMA_ACC64_OUT(d)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -147,15 +109,8 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t des
 __device__ __forceinline__ void wgmma_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_ACC64_REGS ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : KILN_WGMMA_ACC64_OUT(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
@@ -189,7 +144,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], uint64_t dq, uint32_t k
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       wgmma_ss_m64n128k16(s, dq + uint64_t((hf * FaCfg<D>::kBoxBytes) >> 4) + 2 * k,
-                          desc_k_major(ks + hf * FaCfg<D>::kBoxBytes) + 2 * k, (hf | k) != 0);
+                          sw128_desc(ks + hf * FaCfg<D>::kBoxBytes) + 2 * k, (hf | k) != 0);
   wgmma_commit();
 }
 
@@ -346,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f}, corr[2], sum[2];
     float s_acc[64];
     uint32_t p[8][4];
-    const uint64_t dq = desc_k_major(sq + c * 64 * 128);
+    const uint64_t dq = sw128_desc(sq + c * 64 * 128);
     auto k0_of = [&](int it) { return (n_tiles - 1 - it) * kBN; };
     auto parity = [&](int it) { return uint32_t(it / kStages) & 1; };
     mbar_wait(q_full, 0);
@@ -358,14 +313,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (k0 <= first_pos + 63) {  // some row of this warpgroup sees a key of the tile
           issue_qk<D>(s_acc, dq, k_smem(s));
           wgmma_wait<0>();
-          fence_regs(s_acc);
+          fence_acc<64>(s_acc);
           softmax_tile(s_acc, m, corr, sum, k0 + kBN - 1 > first_pos, k0, row_pos, t, scale_log2);
           rescale<D>(o, lsum, corr, sum);
           to_a_frags(p, s_acc);
           mbar_wait(v_full(s), parity(it));
           issue_pv<D>(o, p, v_smem(s), v_lbo, v_sbo);
           wgmma_wait<0>();
-          fence_regs(o);
+          fence_acc<D / 2>(o);
           fence_p(p);
         } else {
           mbar_wait(v_full(s), parity(it));  // nothing to compute, but keep the ring's phases in step
@@ -377,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(k_full(0), 0);
       issue_qk<D>(s_acc, dq, k_smem(0));
       wgmma_wait<0>();
-      fence_regs(s_acc);
+      fence_acc<64>(s_acc);
       softmax_tile(s_acc, m, corr, sum, k0_of(0) + kBN - 1 > first_pos, k0_of(0), row_pos, t, scale_log2);
       rescale<D>(o, lsum, corr, sum);
       to_a_frags(p, s_acc);
@@ -389,11 +344,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(v_full(s), parity(it));
         issue_pv<D>(o, p, v_smem(s), v_lbo, v_sbo);
         wgmma_wait<1>();  // the next S is done (groups retire in order); this PV may still run
-        fence_regs(s_acc);
+        fence_acc<64>(s_acc);
         const int k0 = k0_of(it + 1);
         softmax_tile(s_acc, m, corr, sum, k0 + kBN - 1 > first_pos, k0, row_pos, t, scale_log2);
         wgmma_wait<0>();  // this tile's PV retired: O may be rescaled, P rewritten, the stage freed
-        fence_regs(o);
+        fence_acc<D / 2>(o);
         fence_p(p);
         if (tid == 0) mbar_arrive(empty(s));
         rescale<D>(o, lsum, corr, sum);
@@ -404,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(v_full(s), parity(it));
         issue_pv<D>(o, p, v_smem(s), v_lbo, v_sbo);
         wgmma_wait<0>();
-        fence_regs(o);
+        fence_acc<D / 2>(o);
         fence_p(p);
         if (tid == 0) mbar_arrive(empty(s));
       }
@@ -432,23 +387,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
-
-EncodeTiled encode_fn() {
-  static EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-    return (e == cudaSuccess && q == cudaDriverEntryPointSuccess) ? reinterpret_cast<EncodeTiled>(p) : nullptr;
-  }();
-  return fn;
-}
-
 // (positions, heads, head_dim) bf16 with the given element strides -> 3-D tensor map, boxes of
 // 64 dims x 1 head x 128 positions, 128-byte swizzle, zero fill past the last position.
 bool make_map(CUtensorMap* map, const bf16* base, int64_t positions, int64_t heads, int64_t head_dim,
               int64_t head_stride, int64_t pos_stride) {
-  EncodeTiled fn = encode_fn();
+  wgmma_ptx::EncodeTiled fn = wgmma_ptx::tensor_map_encoder();
   if (!fn) return false;
   cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(positions)};
   cuuint64_t strides[2] = {cuuint64_t(head_stride) * 2, cuuint64_t(pos_stride) * 2};  // bytes
@@ -460,28 +403,11 @@ bool make_map(CUtensorMap* map, const bf16* base, int64_t positions, int64_t hea
 }
 
 // Per device: compute capability 9.0, sm_90a machine code in the kernels, the tensor-map encoder,
-// enough opt-in shared memory.
+// enough opt-in shared memory (wgmma_ptx::HopperProbe).
 bool fa3_available() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 no, 2 yes
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    int major = 0, minor = 0, optin = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    bool ok = major == 9 && minor == 0 && optin >= FaCfg<128>::kSmemBytes && encode_fn() != nullptr;
-    if (ok) {
-      cudaFuncAttributes a{};
-      ok = cudaFuncGetAttributes(&a, fa3_prefill_kernel<128, false>) == cudaSuccess && a.binaryVersion == 90 &&
-           cudaFuncGetAttributes(&a, fa3_prefill_kernel<64, true>) == cudaSuccess && a.binaryVersion == 90;
-    }
-    v = ok ? 2 : 1;
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
+  static wgmma_ptx::HopperProbe probe;
+  return probe.sms(FaCfg<128>::kSmemBytes, {reinterpret_cast<const void*>(fa3_prefill_kernel<128, false>),
+                                            reinterpret_cast<const void*>(fa3_prefill_kernel<64, true>)}) > 0;
 }
 
 template <int D, bool kOverlap>

@@ -49,6 +49,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemv_reduce.cuh"
+#include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/matmul.h"
 
 namespace kiln::cuda {
@@ -171,23 +173,11 @@ void gemv_v1(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mo
 
 // ---- v2: tensor cores (see the top of the file) ----
 
-// 16 bytes of a weight row: read once, so no L1 allocation; .L2::256B asks L2 for the whole
-// 256-byte span, which the following chunk groups of the same row read next.
-__device__ __forceinline__ uint4 ld_weight(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
+// The 16-byte streaming weight load (no L1 allocation, .L2::256B) and the bf16 m16n8k16 MMA.
+using qk::ld_weight;
 __device__ __forceinline__ void mma_16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                           uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  qk::mma_bf16(c, a0, a1, a2, a3, b0, b1);
 }
 
 // NT n-tiles of 8 activation rows (1: M <= 8, 2: M <= 16); U chunk groups per step; W warps split K.
@@ -247,33 +237,10 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       }
   }
 
-  // Accumulator e of n-tile j: weight row g + 8*(e/2), activation row 8j + 2t + e%2.
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
-  __syncthreads();
-  // Thread i sums (row i % 16, activation row i / 16) over the warps: consecutive threads store
-  // consecutive n.
-  for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
-    const int r = i % 16, m = i / 16;
-    const int64_t n = row0 + r;
-    if (m >= m_actual || n >= N) continue;
-    float v = bias ? __bfloat162float(bias[n]) : 0.0f;
-#pragma unroll
-    for (int q = 0; q < W; ++q) v += red[q][r][m];
-    store_out(y, mode, int64_t(m) * N + n, v);
-  }
-}
-
-int sm_count() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
+  gemv_stash<W, NT>(red, warp, g, t, acc);
+  gemv_meet<W, NT>(
+      red, row0, m_actual, N, [&](int64_t n) { return bias ? __bfloat162float(bias[n]) : 0.0f; },
+      [&](int m, int64_t n, float v) { store_out(y, mode, int64_t(m) * N + n, v); });
 }
 
 template <int NT>
@@ -286,7 +253,7 @@ void launch_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode 
   // U = 8 chunk groups per step for one n-tile; 6 for two (the second tile's x fragments would push
   // U = 8 past 128 registers: ptxas spilled).
   constexpr int U = NT == 1 ? 8 : 6;
-  if (blocks <= 2 * int64_t(sm_count()))
+  if (blocks <= 2 * int64_t(gemv_sm_count()))
     gemv_mma_kernel<NT, U, 8><<<unsigned(blocks), 8 * 32, 0, stream>>>(x, w, bias, y, mode, m, N, K);
   else
     gemv_mma_kernel<NT, U, 4><<<unsigned(blocks), 4 * 32, 0, stream>>>(x, w, bias, y, mode, m, N, K);
@@ -434,7 +401,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
 int64_t split_chunks_v3(int64_t N, int64_t K) {
   const int64_t row_blocks = (N + 15) / 16, n_chunks = K / 8;
   const int64_t align = n_chunks >= 2 * 128 ? 128 : 32;
-  const int64_t target = 8 * int64_t(sm_count());
+  const int64_t target = 8 * int64_t(gemv_sm_count());
   int64_t s = (target + row_blocks - 1) / row_blocks;
   const int64_t s_max = std::max<int64_t>(1, kSplitMaxBlocks / row_blocks);
   s = std::min(s, s_max);
@@ -472,7 +439,7 @@ constexpr bool kDefaultSplitK = false;
 bool use_v3(int64_t N, int64_t K) {
   if (K % 8 != 0) return false;
   const int64_t row_blocks = (N + 15) / 16;
-  return row_blocks < 4 * int64_t(sm_count()) && split_chunks_v3(N, K) < K / 8;
+  return row_blocks < 4 * int64_t(gemv_sm_count()) && split_chunks_v3(N, K) < K / 8;
 }
 
 }  // namespace
