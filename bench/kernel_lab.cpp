@@ -104,23 +104,37 @@ struct MatShape {
 const MatShape kShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096},
                             {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
 
+// Copies of a random (N, K) bf16 weight, enough that cycling through them reads > 4x the L2 (so
+// every timed call streams its weight from DRAM); time_ms's loop takes copy i % size().
+std::vector<DeviceBuffer<bf16>> rotating_weights(int64_t wsize) {
+  const int copies = int(std::max<int64_t>(1, kRotateBytes / (wsize * 2) + 1));
+  std::vector<DeviceBuffer<bf16>> w;
+  for (int i = 0; i < copies; ++i) {
+    w.emplace_back(size_t(wsize));
+    fill_random_bf16(w.back().data(), wsize, 1, uint64_t(i), 0, 0.05f, nullptr);
+  }
+  return w;
+}
+
+// "gate_up M=16 28672x4096": a result's shape label.
+std::string shape_name(const MatShape& s, int64_t m) {
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+  return shape;
+}
+
 void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms, bool gemm) {
   for (const MatShape& s : kShapes) {
     const int64_t wsize = s.n * s.k;
-    const int copies = int(std::max<int64_t>(1, kRotateBytes / (wsize * 2) + 1));
-    std::vector<DeviceBuffer<bf16>> w;
-    for (int i = 0; i < copies; ++i) {
-      w.emplace_back(size_t(wsize));
-      fill_random_bf16(w.back().data(), wsize, 1, uint64_t(i), 0, 0.05f, nullptr);
-    }
+    const std::vector<DeviceBuffer<bf16>> w = rotating_weights(wsize);
+    const int copies = int(w.size());
     for (int64_t m : ms) {
       DeviceBuffer<bf16> x(size_t(m * s.k)), y(size_t(m * s.n)), yref(size_t(m * s.n));
       fill_random_bf16(x.data(), m * s.k, 2, 0, 0, 1.0f, nullptr);
       cublas.gemm_bf16(x.data(), w[0].data(), yref.data(), m, s.n, s.k, nullptr);
       cuda_synchronize();
       const std::vector<float> ref = to_float(yref);
-      char shape[64];
-      std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+      const std::string shape = shape_name(s, m);
       const profile::Cost cost = profile::linear(m, s.n, s.k, 2);  // bf16 output
       double bytes = cost.bytes, flops = cost.flops;
       int reps = gemm ? 20 : 100;
@@ -162,20 +176,15 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
   const MatmulWorkspace wsv{ws.data(), kSplitKWorkspaceFloats};
   for (const MatShape& s : kShapes) {
     const int64_t wsize = s.n * s.k;
-    const int copies = int(std::max<int64_t>(1, kRotateBytes / (wsize * 2) + 1));
-    std::vector<DeviceBuffer<bf16>> w;
-    for (int i = 0; i < copies; ++i) {
-      w.emplace_back(size_t(wsize));
-      fill_random_bf16(w.back().data(), wsize, 1, uint64_t(i), 0, 0.05f, nullptr);
-    }
+    const std::vector<DeviceBuffer<bf16>> w = rotating_weights(wsize);
+    const int copies = int(w.size());
     for (int64_t m : ms) {
       DeviceBuffer<bf16> x(size_t(m * s.k)), y(size_t(m * s.n)), yref(size_t(m * s.n));
       fill_random_bf16(x.data(), m * s.k, 2, 0, 0, 1.0f, nullptr);
       cublas.gemm_bf16(x.data(), w[0].data(), yref.data(), m, s.n, s.k, nullptr);
       cuda_synchronize();
       const std::vector<float> ref = to_float(yref);
-      char shape[64];
-      std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+      const std::string shape = shape_name(s, m);
       const double wbytes = 2.0 * double(wsize), flops = 2.0 * double(m) * double(wsize);
       const int reps = 50;
       struct Variant {
@@ -441,15 +450,10 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
     fill_random_bf16(x.data(), mmax * s.k, 2, 0, 0, 1.0f, nullptr);
     // bf16 baselines on this shape (the default GEMV / GEMM and cuBLAS), weights rotated.
     {
-      const int copies = int(std::max<int64_t>(1, kRotateBytes / (s.n * s.k * 2) + 1));
-      std::vector<DeviceBuffer<bf16>> w;
-      for (int i = 0; i < copies; ++i) {
-        w.emplace_back(size_t(s.n * s.k));
-        fill_random_bf16(w.back().data(), s.n * s.k, 1, uint64_t(i), 0, 0.05f, nullptr);
-      }
+      const std::vector<DeviceBuffer<bf16>> w = rotating_weights(s.n * s.k);
+      const int copies = int(w.size());
       for (int64_t m : decode_ms) {
-        char shape[64];
-        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        const std::string shape = shape_name(s, m);
         const profile::Cost cost = profile::linear(m, s.n, s.k, 2);
         double t = time_ms([&](int i) { matmul(x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr); }, 100);
         record("qgemv", shape, "bf16", t, cost.bytes, cost.flops, copy_gbs, 0);
@@ -457,8 +461,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
         record("qgemv", shape, "cublas", t, cost.bytes, cost.flops, copy_gbs, 0);
       }
       for (int64_t m : prefill_ms) {
-        char shape[64];
-        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        const std::string shape = shape_name(s, m);
         const profile::Cost cost = profile::linear(m, s.n, s.k, 2);
         double t = time_ms([&](int i) { matmul(x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr); }, 10, 2);
         record("qgemm", shape, "bf16", t, cost.bytes, cost.flops, copy_gbs, 0);
@@ -487,8 +490,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
       const double tol = f.f == QuantFormat::fp8 ? 8e-2 : 1e-2;
       for (int64_t m : decode_ms) {
         cublas.gemm_bf16(x.data(), wdq.data(), yref.data(), m, s.n, s.k, nullptr);
-        char shape[64];
-        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        const std::string shape = shape_name(s, m);
         profile::Cost cost = profile::linear(m, s.n, s.k, 2, widths);
         y.poison();
         qmatmul(x.data(), views[0], nullptr, y.data(), OutMode::store_bf16, m, nullptr, {}, scratch);
@@ -497,7 +499,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
         got.resize(size_t(m * s.n));
         ref.resize(got.size());
         const double err = rel_error(got, ref);
-        if (!(err < tol)) std::printf("VALIDATION FAILED: %s %s err %.3e\n", f.label, shape, err);
+        if (!(err < tol)) std::printf("VALIDATION FAILED: %s %s err %.3e\n", f.label, shape.c_str(), err);
         double t;
         if (f.f == QuantFormat::fp8) {
           fp8_quantize_rows(x.data(), m, s.k, xq.data(), xs.data(), nullptr);
@@ -519,14 +521,13 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
       }
       for (int64_t m : prefill_ms) {
         cublas.gemm_bf16(x.data(), wdq.data(), yref.data(), m, s.n, s.k, nullptr);
-        char shape[64];
-        std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+        const std::string shape = shape_name(s, m);
         const profile::Cost cost = profile::linear(m, s.n, s.k, 2, widths);
         y.poison();
         qmatmul(x.data(), views[0], nullptr, y.data(), OutMode::store_bf16, m, nullptr, {}, scratch);
         cuda_synchronize();
         const double err = rel_error(to_float(y), to_float(yref));
-        if (!(err < tol)) std::printf("VALIDATION FAILED: %s %s err %.3e\n", f.label, shape, err);
+        if (!(err < tol)) std::printf("VALIDATION FAILED: %s %s err %.3e\n", f.label, shape.c_str(), err);
         const double t = time_ms([&](int i) { qmatmul(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr, {}, scratch); }, 10, 2);
         record("qgemm", shape, f.label, t, cost.bytes, cost.flops, copy_gbs, err);
         if (f.f == QuantFormat::fp8) {  // the GEMM alone (activations already quantized)

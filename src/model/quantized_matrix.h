@@ -32,6 +32,19 @@ struct QuantizedMatrix {
 
   bool empty() const { return format == QuantFormat::none; }
   int64_t groups() const { return group_size ? cols / group_size : 0; }
+
+  // A zeroed matrix of the given format and shape, its buffers sized (group divides cols).
+  static QuantizedMatrix zeroed(QuantFormat f, int64_t rows, int64_t cols, int64_t group) {
+    QuantizedMatrix m;
+    m.format = f;
+    m.rows = rows;
+    m.cols = cols;
+    m.group_size = group;
+    m.q.resize(size_t(f == QuantFormat::int4 ? rows * cols / 2 : rows * cols));
+    m.scales.resize(size_t(rows * (cols / group)));
+    if (f == QuantFormat::int4) m.mins.resize(m.scales.size());
+    return m;
+  }
 };
 
 }  // namespace kiln

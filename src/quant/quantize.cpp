@@ -17,15 +17,7 @@ float amax_of(const float* x, int64_t n) {
 
 QuantizedMatrix shaped(QuantFormat f, int64_t rows, int64_t cols, int64_t group) {
   KILN_CHECK(rows > 0 && cols > 0, invalid_argument, "cannot quantize an empty {}x{} matrix", rows, cols);
-  QuantizedMatrix m;
-  m.format = f;
-  m.rows = rows;
-  m.cols = cols;
-  m.group_size = group;
-  m.q.resize(size_t(f == QuantFormat::int4 ? rows * cols / 2 : rows * cols));
-  m.scales.resize(size_t(rows * (cols / group)));
-  if (f == QuantFormat::int4) m.mins.resize(m.scales.size());
-  return m;
+  return QuantizedMatrix::zeroed(f, rows, cols, group);
 }
 
 int8_t int8_of(float x, float inv_scale) {

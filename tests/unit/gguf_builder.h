@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "model/gguf/gguf_file.h"
 
 namespace kiln::gguf::testing {
 
@@ -269,5 +272,12 @@ inline GgufBuilder tiny_model(const TinyModel& m = {}) {
   if (!m.tied) add_tiny_tensor(b, "output.weight", {m.hidden, m.vocab});
   return b;
 }
+
+// Owns the bytes a GgufFile parsed from them points into.
+struct Loaded {
+  Bytes bytes;
+  GgufFile file;
+  explicit Loaded(Bytes b) : bytes(std::move(b)), file(GgufFile::parse(std::span<const uint8_t>(bytes))) {}
+};
 
 }  // namespace kiln::gguf::testing

@@ -23,12 +23,6 @@ namespace {
 
 using namespace kiln::gguf::testing;
 
-struct Loaded {
-  Bytes bytes;
-  GgufFile file;
-  explicit Loaded(Bytes b) : bytes(std::move(b)), file(GgufFile::parse(std::span<const uint8_t>(bytes))) {}
-};
-
 ThreadPool& pool() {
   static ThreadPool p(2);
   return p;

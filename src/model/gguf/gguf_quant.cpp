@@ -16,18 +16,6 @@ float fp16_at(const uint8_t* p) {
   return fp16_to_f32(h);
 }
 
-QuantizedMatrix shaped(QuantFormat f, int64_t rows, int64_t cols, int64_t group) {
-  QuantizedMatrix m;
-  m.format = f;
-  m.rows = rows;
-  m.cols = cols;
-  m.group_size = group;
-  m.q.resize(size_t(f == QuantFormat::int4 ? rows * cols / 2 : rows * cols));
-  m.scales.resize(size_t(rows * (cols / group)));
-  if (f == QuantFormat::int4) m.mins.resize(m.scales.size());
-  return m;
-}
-
 // Writes 32 nibbles (element j's value in nib[j]) as 16 bytes, even element in the low nibble.
 void put_nibbles(const uint8_t* nib, uint8_t* out) {
   for (int i = 0; i < 16; ++i) out[i] = uint8_t(nib[2 * i] | (nib[2 * i + 1] << 4));
@@ -86,7 +74,7 @@ std::optional<QuantizedMatrix> from_ggml_blocks(const TensorInfo& t, int64_t row
     default: return std::nullopt;
   }
   const auto traits = *type_traits(t.type);
-  QuantizedMatrix m = shaped(f, rows, cols, 32);
+  QuantizedMatrix m = QuantizedMatrix::zeroed(f, rows, cols, 32);
   const int64_t blocks_per_row = cols / traits.block_elems, groups_per_block = traits.block_elems / 32;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < blocks_per_row; ++b)
