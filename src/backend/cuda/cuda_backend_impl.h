@@ -187,17 +187,21 @@ struct CudaBackend::Impl {
   // Widest input of an fp8 product (its activation scratch per row), 0 without fp8 weights.
   int64_t act_quant_cols() const {
     int64_t cols = 0;
-    auto see = [&](const cuda::DeviceWeight& w) {
+    for_each_weight([&](const cuda::DeviceWeight& w) {
       if (w.format == QuantFormat::fp8) cols = std::max(cols, w.cols);
-    };
-    see(lm_head);
-    for (const cuda_backend::DeviceLayer& d : layers) {
-      see(d.w_qkv);
-      see(d.wo);
-      see(d.w_gu);
-      see(d.w_down);
-    }
+    });
     return cols;
+  }
+  // f(w) for every projection weight (lm_head and each layer's four).
+  template <class F>
+  void for_each_weight(F&& f) const {
+    f(lm_head);
+    for (const cuda_backend::DeviceLayer& d : layers) {
+      f(d.w_qkv);
+      f(d.wo);
+      f(d.w_gu);
+      f(d.w_down);
+    }
   }
   // After the weights are in place, before any graph: qscratch for the int8/int4 matrices, and the
   // single-sequence activations again with room for fp8 activations when there are fp8 weights.
@@ -207,16 +211,9 @@ struct CudaBackend::Impl {
   }
   void size_qscratch() {
     int64_t elems = 0;
-    auto see = [&](const cuda::DeviceWeight& w) {
+    for_each_weight([&](const cuda::DeviceWeight& w) {
       if (w.format == QuantFormat::int8 || w.format == QuantFormat::int4) elems = std::max(elems, w.rows * w.cols);
-    };
-    see(lm_head);
-    for (const cuda_backend::DeviceLayer& d : layers) {
-      see(d.w_qkv);
-      see(d.wo);
-      see(d.w_gu);
-      see(d.w_down);
-    }
+    });
     qscratch = DeviceBuffer<bf16>(size_t(elems));
   }
   cudaStream_t s() const { return stream.get(); }
