@@ -46,7 +46,7 @@ void run(const LogitsOptions& o) {
     ids = parse_token_ids(o.tokens, "--tokens");
   }
   KILN_CHECK(!ids.empty(), invalid_argument, "no tokens: pass --tokens or -p");
-  auto backend = make_backend(o.m.device, model, pool);
+  auto backend = make_backend(o.m, model, pool);
   auto seq = backend->new_sequence(int64_t(ids.size()));
   std::vector<float> logits;
   backend->forward(*seq, ids, true, logits);

@@ -112,7 +112,7 @@ void run(const PerplexityOptions& o) {
   const int64_t first = n_ctx / 2, n_scored = n_ctx - 1 - first;
   const size_t vocab = size_t(model.config.vocab_size);
 
-  auto backend = make_backend(o.m.device, model, pool);
+  auto backend = make_backend(o.m, model, pool);
   apply_kv_cache_option(*backend, o.m);
 
   const std::vector<int32_t> used(tokens.begin(), tokens.begin() + n_chunk * n_ctx);

@@ -46,7 +46,7 @@ void run(const RunOptions& o) {
   KILN_CHECK(int64_t(ids.size()) <= ctx, invalid_argument,
              "the prompt has {} tokens but the context holds {} (raise -c/--ctx-size; this model allows up to {})",
              ids.size(), ctx, model.config.context_length);
-  auto backend = make_backend(o.m.device, model, pool);
+  auto backend = make_backend(o.m, model, pool);
   apply_kv_cache_option(*backend, o.m);
   auto seq = backend->new_sequence(ctx);
 

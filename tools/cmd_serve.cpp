@@ -54,7 +54,7 @@ void serve(ServeOptions& o) {
     if (tokenizer.is_end_of_generation(id) && std::find(eog.begin(), eog.end(), id) == eog.end()) eog.push_back(id);
   o.engine.end_of_generation = eog;
   int32_t vocab = model.config.vocab_size;
-  auto backend = make_backend(o.m.device, model, pool);
+  auto backend = make_backend(o.m, model, pool);
   apply_kv_cache_option(*backend, o.m);
   Engine engine(*backend, o.engine);
   EngineStats st = engine.stats();

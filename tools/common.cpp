@@ -28,6 +28,11 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
                   "Model: a .gguf file or a Hugging Face directory (default: the fetched SmolLM2-135M-Instruct)");
   cmd->add_option("--device", o.device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--ubatch", o.ubatch,
+                  "CUDA: prompt tokens per forward pass of one sequence (longer prompts run in chunks; larger "
+                  "chunks feed the GEMMs bigger M at the cost of activation memory)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
 }
 
 void add_kv_cache_option(CLI::App* cmd, ModelOptions& o) {
@@ -76,14 +81,23 @@ LoadedModel load_with_progress(const std::string& path, ThreadPool& pool) {
   return m;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& model, ThreadPool& pool) {
+#ifdef KILN_HAVE_CUDA
+static CudaBackendOptions cuda_options(const ModelOptions& o) {
+  CudaBackendOptions c;
+  c.max_chunk = o.ubatch;
+  return c;
+}
+#endif
+
+std::unique_ptr<Backend> make_backend(const ModelOptions& options, LoadedModel& model, ThreadPool& pool) {
+  const std::string& device = options.device;
   KILN_CHECK(device == "cpu" || device == "cuda" || device == "auto", invalid_argument,
              "--device must be cpu, cuda or auto, got '{}'", device);
 #ifdef KILN_HAVE_CUDA
   bool gpu = cuda::cuda_device_count() > 0;
   KILN_CHECK(gpu || device != "cuda", unsupported, "--device cuda: no CUDA device is visible");
   if (gpu && device != "cpu") {
-    auto backend = std::make_unique<CudaBackend>(model.config, model.weights);
+    auto backend = std::make_unique<CudaBackend>(model.config, model.weights, cuda_options(options));
     model.weights = {};  // the GPU holds them now (bf16); an 8B model's fp32 copy is 32 GB of RAM
     return backend;
   }
@@ -110,7 +124,7 @@ BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_s
 #ifdef KILN_HAVE_CUDA
     KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");
     KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
-    auto b = CudaBackend::random(c, 1234, 0.02f, {}, quant);
+    auto b = CudaBackend::random(c, 1234, 0.02f, cuda_options(o), quant);
     if (quant != QuantFormat::none)
       t.proj_weight_bytes = cuda::qweight_bytes_per_weight(quant, c.hidden_size, quant == QuantFormat::int4 ? 128 : c.hidden_size);
     t.weight_bytes = double(b->weight_bytes());
@@ -122,7 +136,7 @@ BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_s
   }
   t.model.emplace(load_with_progress(resolve_model_path(o.model), pool));
   t.label = t.model->config.name;
-  t.backend = make_backend(o.device, *t.model, pool);
+  t.backend = make_backend(o, *t.model, pool);
   t.weight_bytes = double(t.model->config.n_params()) * (t.backend->name() == "cuda" ? 2.0 : 4.0);
   return t;
 }

@@ -22,6 +22,7 @@ struct ModelOptions {
   std::string device = "auto";
   int32_t threads = 0;
   std::string kv_cache;  // --kv-cache (commands that add it): bf16, int8, fp8; empty: the backend's own
+  int64_t ubatch = 2048;  // --ubatch: tokens per GPU forward pass of one sequence's prompt (CUDA)
 };
 void add_model_options(CLI::App* cmd, ModelOptions& options);
 // --kv-cache bf16|int8|fp8 (run, serve, bench, perplexity).
@@ -37,7 +38,8 @@ std::string resolve_model_path(const std::string& arg);
 LoadedModel load_with_progress(const std::string& path, ThreadPool& pool);
 
 // "cpu" or "cuda" ("auto": cuda when this build has it and a GPU is present).
-std::unique_ptr<Backend> make_backend(const std::string& device, LoadedModel& model, ThreadPool& pool);
+// The backend of --device (and --ubatch for CUDA); the model's weights move into it.
+std::unique_ptr<Backend> make_backend(const ModelOptions& options, LoadedModel& model, ThreadPool& pool);
 
 // The whole of a stream or a file (kiln::Error io naming `what` and the path when it cannot be read).
 std::string read_all(std::istream& in);
