@@ -543,15 +543,16 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool skinny_only = false, attention_only = false, quant_only = false;
+  bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
     else if (!std::strcmp(argv[i], "--skinny")) skinny_only = true;
     else if (!std::strcmp(argv[i], "--attention")) attention_only = true;
     else if (!std::strcmp(argv[i], "--quant")) quant_only = true;
+    else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
     else {
-      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant]\n");
+      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--gemv]\n");
       return 2;
     }
   }
@@ -567,6 +568,9 @@ int main(int argc, char** argv) {
     if (quant_only) {
       CublasGemm cublas;
       bench_quant(copy_gbs, cublas);
+    } else if (gemv_only) {  // the decode GEMVs (M = 1..16) of every version against cuBLAS
+      CublasGemm cublas;
+      bench_matmul(copy_gbs, cublas, {1, 2, 4, 8, 16}, false);
     } else if (!attention_only) {
       CublasGemm cublas;
       if (!skinny_only) {
@@ -575,7 +579,7 @@ int main(int argc, char** argv) {
       }
       bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
     }
-    if (!skinny_only && !quant_only) {
+    if (!skinny_only && !quant_only && !gemv_only) {
       probe_wgmma_prefill();
       bench_attention(copy_gbs);
     }

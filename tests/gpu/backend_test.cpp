@@ -152,6 +152,34 @@ TEST_P(GpuBackend, GraphAndNoGraphDecodeAreIdentical) {
   }
 }
 
+// The fused decode GEMVs (RoPE + K/V write and SwiGLU folded in; gemv_fused.h) share the
+// unfused kernels' arithmetic and reduction order: the logits must be the same bits, for every
+// config and with a partial rotation (rot_dim < head_dim: the unrotated tail passes through).
+TEST_P(GpuBackend, FusedDecodeMatchesUnfusedBitForBit) {
+  KILN_REQUIRE_GPU();
+  for (bool partial : {false, true}) {
+    ModelConfig c = config();
+    if (partial) c.rope.rot_dim = int(c.head_dim) / 2 / 16 * 16;
+    if (c.rope.rot_dim == 0) continue;
+    ModelWeights w = random_weights(c, 11, 0.08f);
+    CudaBackendOptions fused_on, fused_off;
+    fused_off.fused_decode = false;
+    CudaBackend a(c, w, fused_on), b(c, w, fused_off);
+    auto sa = a.new_sequence(300), sb = b.new_sequence(300);
+    auto p = prompt(70, c.vocab_size);  // past one 64-position attention tile
+    std::vector<float> la, lb;
+    a.forward(*sa, p, false, la);
+    b.forward(*sb, p, false, lb);
+    ASSERT_EQ(la, lb) << "prefill (never fused)";
+    for (int step = 0; step < 12; ++step) {
+      int32_t t = int32_t((step * 29 + 5) % c.vocab_size);
+      a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
+      b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
+      ASSERT_EQ(la, lb) << "decode step " << step << (partial ? " (partial rotation)" : "");
+    }
+  }
+}
+
 TEST_P(GpuBackend, RandomFactoryMatchesHostRandomWeights) {
   KILN_REQUIRE_GPU();
   ModelConfig c = config();

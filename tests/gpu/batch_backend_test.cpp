@@ -230,6 +230,30 @@ TEST_P(GpuBatch, BatchedEqualsAlone) {
   std::printf("[   info   ] worst batched-vs-alone logit error %.2e (tolerance %.0e)\n", worst, kTolLogits);
 }
 
+// A decode step of one sequence runs the fused decode GEMVs (K/V written by slot into the pool);
+// the logits must be the unfused path's bits.
+TEST_P(GpuBatch, FusedBatch1DecodeMatchesUnfused) {
+  KILN_REQUIRE_GPU();
+  const ModelConfig c = config();
+  const int64_t V = c.vocab_size;
+  CudaBackendOptions off;
+  off.fused_decode = false;
+  auto a = CudaBackend::random(c, 13, 0.05f), b = CudaBackend::random(c, 13, 0.05f, off);
+  const int32_t NB = 64, BS = 16;
+  auto pa = a->new_kv_pool(NB, BS), pb = b->new_kv_pool(NB, BS);
+  Blocks blocks(NB, BS, 1, 3);
+  std::vector<Step> steps = {{0, prompt(70, V, 1), 0, true}};
+  for (int k = 0; k < 10; ++k) {
+    SCOPED_TRACE(testing::Message() << "step " << k);
+    std::vector<BatchEntry> e = entries_of(steps, blocks);
+    std::vector<float> la, lb;
+    a->forward_batch(*pa, e, la);
+    b->forward_batch(*pb, e, lb);
+    ASSERT_EQ(la, lb);
+    steps = {{0, {argmax(la)}, steps[0].first + int64_t(steps[0].tokens.size()), true}};
+  }
+}
+
 // Decode steps of several batch sizes (buckets 1, 4, 8, 32, 64) and two table widths (sequences
 // cross 256 positions): the graph backend warms each shape eagerly, captures it on its second use
 // and replays it after; its logits must equal the eager backend's bit for bit.

@@ -99,6 +99,24 @@ TEST(GpuElementwise, RopeQkvBothStylesLlama3ScalingGqa) {
     EXPECT_LT(rel_error(kgot, k), kTolBf16Out);
     EXPECT_EQ(rel_error(vgot, v), 0.0) << "v is copied exactly";
     (void)capacity;
+
+    // With the (cos, sin) table the backend keeps (rope_table_fill): the same bits, for positions
+    // inside the table (start .. start + 57) and past its end (computed).
+    const int64_t table_positions = start + 58;
+    DeviceBuffer<float2> table(size_t(table_positions * (cs.head_dim / 2)));
+    cuda::rope_table_fill(table.data(), table_positions, dinv.data(), cs.head_dim, nullptr);
+    DeviceBuffer<bf16> dq2(q.size()), kc2(kc.size()), vc2(vc.size());
+    dq2.poison();
+    kc2.poison();
+    vc2.poison();
+    cuda::KvLayout kv2{kc2.data(), vc2.data(), 0, kv_dim, cs.head_dim};
+    cuda::rope_qkv(dqkv.data(), dpos.data(), nullptr, n, dinv.data(), cs.head_dim, cs.style == RopeStyle::interleaved,
+                   cs.heads, cs.kv_heads, cs.head_dim, dq2.data(), kv2, nullptr, table.data(), table_positions);
+    EXPECT_EQ(from_device_bf16(dq2), from_device_bf16(dq)) << "q with the angle table";
+    auto kh2 = from_device_bf16(kc2);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < kv_dim; ++j)
+        ASSERT_EQ(kh2[size_t(pos[size_t(t)] * kv_dim + j)], kh[size_t(pos[size_t(t)] * kv_dim + j)]) << "k, token " << t;
   }
 }
 

@@ -79,27 +79,36 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   const int32_t* tokens = a.ints;
   const int32_t* positions = a.ints + C;
   const int32_t* kv_len = a.ints + 2 * C;
-  m.enqueue_layers(a, tokens, n, [&](int64_t l) {
-    const cuda::KvLayout kv = seq.layer(c, l);
-    m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
-      cuda::rope_qkv(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
-                     c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), a.q,
-                     kv, m.s());
-    });
-    if (n == 1) {
-      // start is for the analytic count only; the kernel reads the length from kv_len (graph replay)
-      m.op("attention.decode", profile::attention(1, start, c), [&] {
-        cuda::attention_decode(a.q, kv, kv_len, seq.capacity(), a.attn,
-                               cuda::decode_workspace(seq.workspace.data(), 1, int(c.n_heads), int(c.head_dim),
-                                                      seq.capacity()),
-                               1, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
-      });
-    } else {
-      m.op("attention.prefill", profile::attention(n, start, c), [&] {
-        cuda::attention_prefill(a.q, kv, a.attn, n, start, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
-      });
-    }
-  });
+  // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok).
+  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }};
+  const bool fused = n == 1 && m.fused_decode_ok();
+  m.enqueue_layers(
+      a, tokens, n,
+      [&](int64_t l) {
+        const cuda::KvLayout kv = seq.layer(c, l);
+        if (!fused) {
+          m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
+            cuda::rope_qkv(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
+                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
+                           a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
+          });
+        }
+        if (n == 1) {
+          // start is for the analytic count only; the kernel reads the length from kv_len (graph replay)
+          m.op("attention.decode", profile::attention(1, start, c), [&] {
+            cuda::attention_decode(a.q, kv, kv_len, seq.capacity(), a.attn,
+                                   cuda::decode_workspace(seq.workspace.data(), 1, int(c.n_heads), int(c.head_dim),
+                                                          seq.capacity()),
+                                   1, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+          });
+        } else {
+          m.op("attention.prefill", profile::attention(n, start, c), [&] {
+            cuda::attention_prefill(a.q, kv, a.attn, n, start, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
+                                    m.s());
+          });
+        }
+      },
+      fused ? &fused_decode : nullptr);
   if (out_first < n) m.enqueue_head(a, a.x + out_first * c.hidden_size, n - out_first);
 }
 
@@ -183,6 +192,9 @@ void CudaBackend::Impl::init_common() {
   std::vector<float> f(size_t(c.rope.rot_dim / 2));
   for (int i = 0; i < c.rope.rot_dim / 2; ++i) f[size_t(i)] = cpu::rope_inv_freq(c.rope, i);
   inv_freq = DeviceBuffer<float>(f);
+  rope_positions = std::clamp<int64_t>(c.context_length, 1, int64_t(1) << 18);  // <= 128 MB at rot_dim 128
+  rope_table = DeviceBuffer<float2>(size_t(rope_positions * (c.rope.rot_dim / 2)));
+  cuda::rope_table_fill(rope_table.data(), rope_positions, inv_freq.data(), c.rope.rot_dim, s());
   const int64_t C = opt.max_chunk;
   act.allocate(c, C, 2 * C + 1, false);
   host_ints.grow(size_t(2 * C + 1));

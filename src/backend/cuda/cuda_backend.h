@@ -37,6 +37,10 @@ struct CudaBackendOptions {
   // Llama-3-8B, most of it the fp32 logits rows).
   int64_t max_chunk = 2048;
   bool use_graphs = true;
+  // Batch-1 decode with RoPE (+ the K/V write) and SwiGLU folded into the qkv and gate/up GEMVs
+  // (gemv_fused.h) where the weights and shape allow; same bits either way. KILN_FUSED_DECODE=0
+  // also turns it off.
+  bool fused_decode = true;
 };
 
 // One kernel name's totals over the launches timed since the last reset.

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "backend/cuda/device_weight.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/stream_hold.h"
@@ -150,6 +152,10 @@ struct CudaBackend::Impl {
   DeviceBuffer<bf16> qscratch;
   std::vector<cuda_backend::DeviceLayer> layers;
   DeviceBuffer<float> inv_freq;  // (rot_dim / 2), llama3 scaling applied on the host
+  // RoPE's (cos, sin) per (position, pair) for the model's context (rope_table_fill); later
+  // positions are computed in the kernels.
+  DeviceBuffer<float2> rope_table;
+  int64_t rope_positions = 0;
 
   // The single-sequence path's activations for max_chunk tokens (never reallocated: captured
   // graphs hold these addresses); `act.ints` = tokens (C) | positions (C) | kv_len (1).
@@ -312,23 +318,64 @@ struct CudaBackend::Impl {
        [&] { cuda::qmatmul(in, w, bias, out, mode, m, s(), a.splitk, scratch); });
   }
 
+  // A batch-1 decode step runs each layer as 7 kernels instead of 9, RoPE (with the K/V write) and
+  // SwiGLU folded into the qkv and gate/up GEMVs (gemv_fused.h). Needs bf16 projections (the
+  // quantized GEMVs have no fused forms yet) and a shape the pairing takes; KILN_FUSED_DECODE=0 (or
+  // the option) turns it off, for comparison: the results are the same bits.
+  bool fused_decode_ok() const {
+    static const bool env_on = [] {
+      const char* e = std::getenv("KILN_FUSED_DECODE");
+      return !(e && std::string(e) == "0");
+    }();
+    if (!opt.fused_decode || !env_on || c.intermediate_size % 8 != 0 || c.hidden_size % 8 != 0) return false;
+    if (!cuda::gemv_rope_kv_fusable(c.rope.rot_dim, int(c.head_dim), c.hidden_size)) return false;
+    bool bf16_only = true;
+    for (const cuda_backend::DeviceLayer& d : layers)
+      bf16_only = bf16_only && d.w_qkv.format == QuantFormat::none && d.w_gu.format == QuantFormat::none;
+    return bf16_only;
+  }
+  // Where the fused qkv GEMV puts K/V and reads the position (set: the layers run fused).
+  struct FusedDecode {
+    const int32_t* position = nullptr;                    // device: the token's position
+    const int32_t* slot = nullptr;                        // device: its pool slot (paged), or null
+    std::function<cuda::KvLayout(int64_t layer)> kv_of;  // the layer's cache (contiguous, or the pool)
+  };
+
   // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
   // qkv projection and the o projection: it rotates q/k of a.qkv by position, writes K/V into the
-  // cache and leaves the attention output in a.attn.
+  // cache and leaves the attention output in a.attn. With `fused` (n = 1), the qkv GEMV has done
+  // the rotation and the K/V write already, and attend(l) only attends.
   template <class Attend>
-  void enqueue_layers(const cuda_backend::Activations& a, const int32_t* tokens, int64_t n, Attend&& attend) {
+  void enqueue_layers(const cuda_backend::Activations& a, const int32_t* tokens, int64_t n, Attend&& attend,
+                      const FusedDecode* fused = nullptr) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     op("embed", profile::embed(n, H), [&] { cuda::embed_gather(embed.data(), tokens, a.x, n, H, s()); });
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const cuda_backend::DeviceLayer& L = layers[size_t(l)];
+      const bf16* b_qkv = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.attn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
-      linear("qkv", a, a.xn, L.w_qkv.view(), L.b_qkv.size() ? L.b_qkv.data() : nullptr, a.qkv, OutMode::store_bf16,
-             n);
+      if (fused) {
+        const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
+                                        c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
+                                        int(c.n_kv_heads), int(c.head_dim), a.q, fused->kv_of(l)};
+        profile::Cost cost = profile::linear(1, qkv_dim(), H, 2);
+        cost += profile::rope_qkv(1, c);
+        op("qkv+rope.gemv", cost,
+           [&] { cuda::gemv_rope_kv(a.xn, L.w_qkv.bf16_data(), b_qkv, target, H, s()); });
+      } else {
+        linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n);
+      }
       attend(l);
       linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
-      linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n);
-      op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
+      if (fused) {
+        profile::Cost cost = profile::linear(1, 2 * I, H, 2);
+        cost += profile::silu_mul(1, I);
+        op("gate_up+silu.gemv", cost, [&] { cuda::gemv_swiglu(a.xn, L.w_gu.bf16_data(), a.h, I, H, s()); });
+      } else {
+        linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n);
+        op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
+      }
       linear("down", a, a.h, L.w_down.view(), nullptr, a.x, OutMode::add_f32, n);
     }
   }

@@ -225,18 +225,27 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
   const int64_t max_kv_len = S * pool.block_size();
   const cuda::DecodeWorkspace ws =
       cuda::decode_workspace(pool.workspace.data(), B, int(c.n_heads), int(c.head_dim), max_kv_len);
-  m.enqueue_layers(a, meta + ml.tokens, B, [&](int64_t l) {
-    const cuda::KvLayout kv = pool.layer(l, meta + ml.table, S);
-    m.op("rope_qkv", profile::rope_qkv(B, c), [&] {
-      cuda::rope_qkv_slots(a.qkv, meta + ml.positions, meta + ml.slots, B, m.inv_freq.data(), c.rope.rot_dim,
-                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
-                           int(c.head_dim), a.q, kv, m.s());
-    });
-    m.op("attention.decode", attn_cost, [&] {
-      cuda::attention_decode(a.q, kv, meta + ml.kv_len, max_kv_len, a.attn, ws, B, int(c.n_heads),
-                             int(c.n_kv_heads), int(c.head_dim), m.s());
-    });
-  });
+  // One sequence (the padded batch is 1): the fused decode GEMVs, K/V written by slot.
+  const bool fused = B == 1 && m.fused_decode_ok();
+  Impl::FusedDecode fused_decode{meta + ml.positions, meta + ml.slots,
+                                 [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }};
+  m.enqueue_layers(
+      a, meta + ml.tokens, B,
+      [&](int64_t l) {
+        const cuda::KvLayout kv = pool.layer(l, meta + ml.table, S);
+        if (!fused) {
+          m.op("rope_qkv", profile::rope_qkv(B, c), [&] {
+            cuda::rope_qkv_slots(a.qkv, meta + ml.positions, meta + ml.slots, B, m.inv_freq.data(), c.rope.rot_dim,
+                                 c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
+                                 int(c.head_dim), a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
+          });
+        }
+        m.op("attention.decode", attn_cost, [&] {
+          cuda::attention_decode(a.q, kv, meta + ml.kv_len, max_kv_len, a.attn, ws, B, int(c.n_heads),
+                                 int(c.n_kv_heads), int(c.head_dim), m.s());
+        });
+      },
+      fused ? &fused_decode : nullptr);
   m.enqueue_head(a, a.x, B);
 }
 
@@ -361,7 +370,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     m.op("rope_qkv", profile::rope_qkv(p.M, c), [&] {
       cuda::rope_qkv_slots(a.qkv, meta + ml.positions, meta + ml.slots, p.M, m.inv_freq.data(), c.rope.rot_dim,
                            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
-                           int(c.head_dim), a.q, kv, m.s());
+                           int(c.head_dim), a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
     });
     if (p.n_dec > 0) {
       m.op("attention.decode", dec_cost, [&] {

@@ -1,8 +1,11 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pointwise_math.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -84,8 +87,10 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
 // The first version gave each thread one pair for every head in turn: 40 dependent
 // load-rotate-store rounds (the stores to the cache may alias the qkv loads, so the compiler cannot
 // batch the loads), 10.8 us per call at one token, 6.4% of a batch-1 decode step (H200, CUPTI).
-// Angles in double, reduced mod 2 pi: fp32 pos * freq loses digits at long context (the CPU
-// reference does the same); each thread computes its own (a few hundred FP64 instructions at most).
+// Angles from the backend's (cos, sin) table (rope_table_fill), or computed in double, reduced mod
+// 2 pi, past its end or without one: fp32 pos * freq loses digits at long context (the CPU reference
+// does the same). Computing them here, per (token, head, pair), cost 69.6 us a call at prefill of
+// 2048 tokens (723 GB/s, 4.2% of the step; H200 profile) for 40x redundant FP64 fmods and sincos.
 // kSlots: K/V rows go to slots of a paged pool (the batched path); otherwise to (sequence,
 // position) of a contiguous cache, with the contiguous address computed at compile time: this
 // kernel is latency-bound at one token, and a runtime choice of addressing in its inner loop cost
@@ -95,8 +100,9 @@ template <bool kSlots>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_qkv_kernel(const bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
                     const int32_t* __restrict__ seq_ids, const int32_t* __restrict__ slots,
-                    const float* __restrict__ inv_freq, int rot_dim, bool interleaved, int n_heads, int n_kv_heads,
-                    int head_dim, bf16* __restrict__ q_out, KvLayout kv) {
+                    const float* __restrict__ inv_freq, const float2* __restrict__ cos_sin, int64_t cos_sin_positions,
+                    int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* __restrict__ q_out,
+                    KvLayout kv) {
   pdl_wait();  // qkv comes from the GEMV before this kernel
   pdl_launch_dependents();
   const int t = blockIdx.x;
@@ -119,15 +125,14 @@ __global__ void __launch_bounds__(kRopeThreads)
 
   for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
     const int h = j / half, i = j - h * half;
-    double angle = fmod(double(pos) * double(inv_freq[i]), 6.283185307179586);
     float s, c;
-    sincosf(float(angle), &s, &c);
+    rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, i, inv_freq, s, c);
     const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
     const bf16* src = row + h * head_dim;  // q heads, then k heads: contiguous in the row
     const float x0 = __bfloat162float(src[a]), x1 = __bfloat162float(src[b]);
     bf16* dst = dst_of(h);
-    dst[a] = __float2bfloat16(x0 * c - x1 * s);
-    dst[b] = __float2bfloat16(x0 * s + x1 * c);
+    dst[a] = __float2bfloat16(rope_a(x0, x1, s, c));
+    dst[b] = __float2bfloat16(rope_b(x0, x1, s, c));
   }
   // Dimensions past rot_dim pass through; v is copied into the cache.
   const int pass = head_dim - rot_dim;
@@ -138,6 +143,16 @@ __global__ void __launch_bounds__(kRopeThreads)
   for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) {
     const int h = j / head_dim, d = j - h * head_dim;
     kv.v[kv_at(h) + d] = row[q_dim + kv_dim + j];
+  }
+}
+
+__global__ void rope_table_kernel(float2* __restrict__ cos_sin, int64_t total, const float* __restrict__ inv_freq,
+                                  int half) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total; j += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t pos = j / half;
+    float s, c;
+    rope_sincos(pos, inv_freq[j - pos * half], s, c);
+    cos_sin[j] = make_float2(c, s);
   }
 }
 
@@ -170,7 +185,7 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restri
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const float2 gf = __bfloat1622float2(g2[k]), uf = __bfloat1622float2(u2[k]);
-        r2[k] = __floats2bfloat162_rn(gf.x / (1.0f + __expf(-gf.x)) * uf.x, gf.y / (1.0f + __expf(-gf.y)) * uf.y);
+        r2[k] = __floats2bfloat162_rn(silu_mul_value(gf.x, uf.x), silu_mul_value(gf.y, uf.y));
       }
       *reinterpret_cast<uint4*>(out + r * inter + c) = res;
     }
@@ -180,7 +195,7 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restri
       int64_t r = i / inter, c = i - r * inter;
       float g = __bfloat162float(gate_up[r * 2 * inter + c]);
       float u = __bfloat162float(gate_up[r * 2 * inter + inter + c]);
-      out[i] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+      out[i] = __float2bfloat16(silu_mul_value(g, u));
     }
   }
 }
@@ -204,24 +219,32 @@ void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_
 
 void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids, int64_t n, const float* inv_freq,
               int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
-              cudaStream_t stream) {
+              cudaStream_t stream, const float2* cos_sin, int64_t cos_sin_positions) {
   if (n == 0) return;
   KILN_CUDA_REQUIRE(!kv.paged(), "rope_qkv writes a contiguous cache; a paged pool goes through rope_qkv_slots");
   launch_pdl(rope_qkv_kernel<false>, dim3(unsigned(n)), dim3(kRopeThreads), 0, stream, qkv, positions, seq_ids,
-             static_cast<const int32_t*>(nullptr), inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim, q_out,
-             kv);
+             static_cast<const int32_t*>(nullptr), inv_freq, cos_sin, cos_sin_positions, rot_dim, interleaved, n_heads,
+             n_kv_heads, head_dim, q_out, kv);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
 void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* slots, int64_t n, const float* inv_freq,
                     int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout pool,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, const float2* cos_sin, int64_t cos_sin_positions) {
   if (n == 0) return;
   KILN_CUDA_REQUIRE(slots != nullptr, "rope_qkv_slots: slots are required");
   KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
   launch_pdl(rope_qkv_kernel<true>, dim3(unsigned(n)), dim3(kRopeThreads), 0, stream, qkv, positions,
-             static_cast<const int32_t*>(nullptr), slots, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim,
-             q_out, pool);
+             static_cast<const int32_t*>(nullptr), slots, inv_freq, cos_sin, cos_sin_positions, rot_dim, interleaved,
+             n_heads, n_kv_heads, head_dim, q_out, pool);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void rope_table_fill(float2* cos_sin, int64_t positions, const float* inv_freq, int rot_dim, cudaStream_t stream) {
+  const int64_t total = positions * (rot_dim / 2);
+  if (total == 0) return;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65535);
+  rope_table_kernel<<<unsigned(blocks), 256, 0, stream>>>(cos_sin, total, inv_freq, rot_dim / 2);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

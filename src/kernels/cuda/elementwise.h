@@ -22,13 +22,17 @@ void embed_gather(const bf16* table, const int32_t* tokens, float* out, int64_t 
 void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_t rows, int64_t dim, float eps,
              cudaStream_t stream);
 
+// cos_sin(positions, rot_dim / 2) = (cos, sin) of position p at inverse frequency i: the RoPE
+// angle table the rotations read (positions past it are computed on the fly, with the same bits).
+void rope_table_fill(float2* cos_sin, int64_t positions, const float* inv_freq, int rot_dim, cudaStream_t stream);
+
 // qkv(n, q_dim + 2 kv_dim) bf16, one token a row ([q | k | v], the fused projection's output).
 // Rotates q and k of token t by positions[t] (inv_freq: rot_dim/2 floats, llama3 scaling already
 // in them; interleaved pairs (2i, 2i+1), else (i, i + rot_dim/2)), writes q to q_out(n, q_dim),
 // and k, v into the cache at (seq_ids ? seq_ids[t] : 0, positions[t]).
 void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids, int64_t n, const float* inv_freq,
               int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
-              cudaStream_t stream);
+              cudaStream_t stream, const float2* cos_sin = nullptr, int64_t cos_sin_positions = 0);
 
 // The paged form: the same rotation, and K/V of token t written by slot into the pool
 // (pool.k/pool.v: this layer's (num_blocks + 1, block_size, n_kv_heads, head_dim) arrays, see
@@ -36,7 +40,7 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
 // computed on the host from the block tables). The block table in `pool` is not used.
 void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* slots, int64_t n, const float* inv_freq,
                     int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout pool,
-                    cudaStream_t stream);
+                    cudaStream_t stream, const float2* cos_sin = nullptr, int64_t cos_sin_positions = 0);
 
 // dst(n, dim) fp32 = src[rows[i]] (the rows whose logits are wanted, before the final norm).
 void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, int64_t dim, cudaStream_t stream);

@@ -49,6 +49,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/matmul.h"
@@ -171,92 +172,13 @@ void gemv_v1(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mo
     launch_v1<16>(x, w, bias, y, mode, m, N, K, stream);
 }
 
-// ---- v2: tensor cores (see the top of the file) ----
-
-// The 16-byte streaming weight load (no L1 allocation, .L2::256B) and the bf16 m16n8k16 MMA.
-using qk::ld_weight;
-__device__ __forceinline__ void mma_16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                          uint32_t b1) {
-  qk::mma_bf16(c, a0, a1, a2, a3, b0, b1);
-}
-
-// NT n-tiles of 8 activation rows (1: M <= 8, 2: M <= 16); U chunk groups per step; W warps split K.
-// Needs K % 8 == 0. Rows past N are clamped to N - 1 for the loads and masked at the store.
-template <int NT, int U, int W>
-__global__ void __launch_bounds__(W * 32, 16 / W)
-    gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const bf16* __restrict__ bias,
-                    void* __restrict__ y, OutMode mode, int m_actual, int64_t N, int64_t K) {
-  __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t row0 = int64_t(blockIdx.x) * 16;
-  const int64_t n_chunks = K / 8;
-  const uint4* w_lo = reinterpret_cast<const uint4*>(w + imin64(row0 + g, N - 1) * K);
-  const uint4* w_hi = reinterpret_cast<const uint4*>(w + imin64(row0 + g + 8, N - 1) * K);
-  const uint4* xr[NT];
-  bool x_ok[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    x_ok[j] = 8 * j + g < m_actual;
-    xr[j] = reinterpret_cast<const uint4*>(x + (x_ok[j] ? (8 * j + g) * K : 0));
-  }
-
-  float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-
-  constexpr int kStep = 4 * U;  // chunks per warp step
-  // The loop bound is warp-uniform (mma.sync needs the whole warp); lane t's chunks are base + t + 4u.
-  for (int64_t step = int64_t(warp) * kStep; step < n_chunks; step += int64_t(W) * kStep) {
-    const int64_t base = step + t;
-    uint4 a_lo[U], a_hi[U], b[NT][U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {  // every weight load first: they are what the kernel waits on
-      const int64_t c = base + 4 * u;
-      if (c < n_chunks) {
-        a_lo[u] = ld_weight(w_lo + c);
-        a_hi[u] = ld_weight(w_hi + c);
-      } else {
-        a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = base + 4 * u;
-        b[j][u] = (x_ok[j] && c < n_chunks) ? __ldg(xr[j] + c) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        mma_16816(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
-        mma_16816(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
-      }
-  }
-
-  gemv_stash<W, NT>(red, warp, g, t, acc);
-  gemv_meet<W, NT>(
-      red, row0, m_actual, N, [&](int64_t n) { return bias ? __bfloat162float(bias[n]) : 0.0f; },
-      [&](int m, int64_t n, float v) { store_out(y, mode, int64_t(m) * N + n, v); });
-}
+// ---- v2: tensor cores (see the top of the file; the kernel is gemv_mma.cuh's, shared with the
+// decode GEMVs that fold the norm, RoPE and SwiGLU in: gemv_fused.cu) ----
 
 template <int NT>
 void launch_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
                cudaStream_t stream) {
-  const int64_t blocks = (N + 15) / 16;
-  // 16 warps fit per SM (<= 128 registers). A grid that fits in two blocks per SM takes 8-warp
-  // blocks (o, down: 256 blocks -> 16 warps on each SM); larger grids take 4-warp blocks, so up to
-  // 4 are resident per SM and a grid of <= 4 blocks per SM (qkv: 384) runs in one wave.
-  // U = 8 chunk groups per step for one n-tile; 6 for two (the second tile's x fragments would push
-  // U = 8 past 128 registers: ptxas spilled).
-  constexpr int U = NT == 1 ? 8 : 6;
-  if (blocks <= 2 * int64_t(gemv_sm_count()))
-    gemv_mma_kernel<NT, U, 8><<<unsigned(blocks), 8 * 32, 0, stream>>>(x, w, bias, y, mode, m, N, K);
-  else
-    gemv_mma_kernel<NT, U, 4><<<unsigned(blocks), 4 * 32, 0, stream>>>(x, w, bias, y, mode, m, N, K);
+  launch_gemv_mma<NT>(x, w, m, N, K, (N + 15) / 16, StoreRows{bias, y, mode}, stream);
 }
 
 void gemv_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
@@ -269,6 +191,13 @@ void gemv_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mo
 }
 
 // ---- v3: v2 with split-K across blocks (see the top of the file) ----
+
+// The 16-byte streaming weight load (no L1 allocation, .L2::256B) and the bf16 m16n8k16 MMA.
+using qk::ld_weight;
+__device__ __forceinline__ void mma_16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+  qk::mma_bf16(c, a0, a1, a2, a3, b0, b1);
+}
 
 // Static workspace of v3 (one per device: a __device__ variable lives in every device's copy of the
 // module; no allocation, so nothing to do inside a CUDA graph capture): the fp32 partial sums of

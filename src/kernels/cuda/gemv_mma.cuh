@@ -1,0 +1,113 @@
+// The tensor-core GEMV of gemv.cu (its v2; the design and measurements are at the top of gemv.cu),
+// with its end left open so the decode step can fold pointwise kernels into it (gemv_fused.cu):
+// the policy E says which 16 weight rows block b multiplies, as two runs of 8 (lo0 + 0..7 and
+// hi0 + 0..7: consecutive rows for the plain GEMV; a RoPE pair or a gate/up pair for the fused
+// ones, so both values of a pair land in one warp) and what happens to the 16 x M results. The main
+// loop (weight loads straight into mma.sync fragments, U chunk groups per step) is the same for
+// every instantiation.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemv_reduce.cuh"
+#include "kernels/cuda/mma_frag.cuh"
+
+namespace kiln::cuda {
+
+// The plain epilogue: block b owns rows 16b .. 16b + 15 (clamped loads past N, masked stores);
+// y = acc (+ bias) per OutMode.
+struct StoreRows {
+  const bf16* bias;
+  void* y;
+  OutMode mode;
+  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
+    lo0 = 16 * b;
+    hi0 = lo0 + 8;
+  }
+  template <int W, int NT>
+  __device__ __forceinline__ void finish(const float (&red)[W][16][8 * NT + 1], int64_t lo0, int64_t, int m_actual,
+                                         int64_t N) const {
+    gemv_meet<W, NT>(
+        red, lo0, m_actual, N, [&](int64_t n) { return bias ? __bfloat162float(bias[n]) : 0.0f; },
+        [&](int m, int64_t n, float v) { store_out(y, mode, int64_t(m) * N + n, v); });
+  }
+};
+
+// NT n-tiles of 8 activation rows (1: M <= 8, 2: M <= 16); U chunk groups per step; W warps split
+// K. Needs K % 8 == 0. x: M bf16 rows of K (L1/L2 resident: every block reads all of x).
+template <int NT, int U, int W, class E>
+__global__ void __launch_bounds__(W * 32, 16 / W)
+    gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K, E epi) {
+  __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  int64_t lo0, hi0;
+  epi.rows(blockIdx.x, lo0, hi0);
+  const int64_t n_chunks = K / 8;
+  const uint4* w_lo = reinterpret_cast<const uint4*>(w + imin64(lo0 + g, N - 1) * K);
+  const uint4* w_hi = reinterpret_cast<const uint4*>(w + imin64(hi0 + g, N - 1) * K);
+  const uint4* xr[NT];
+  bool x_ok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    x_ok[j] = 8 * j + g < m_actual;
+    xr[j] = reinterpret_cast<const uint4*>(x + (x_ok[j] ? (8 * j + g) * K : 0));
+  }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+
+  constexpr int kStep = 4 * U;  // chunks per warp step
+  // The loop bound is warp-uniform (mma.sync needs the whole warp); lane t's chunks are base + t + 4u.
+  for (int64_t step = int64_t(warp) * kStep; step < n_chunks; step += int64_t(W) * kStep) {
+    const int64_t base = step + t;
+    uint4 a_lo[U], a_hi[U], b[NT][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // every weight load first: they are what the kernel waits on
+      const int64_t c = base + 4 * u;
+      if (c < n_chunks) {
+        a_lo[u] = qk::ld_weight(w_lo + c);
+        a_hi[u] = qk::ld_weight(w_hi + c);
+      } else {
+        a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = base + 4 * u;
+        b[j][u] = (x_ok[j] && c < n_chunks) ? __ldg(xr[j] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        qk::mma_bf16(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
+        qk::mma_bf16(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
+      }
+  }
+
+  gemv_stash<W, NT>(red, warp, g, t, acc);
+  epi.template finish<W, NT>(red, lo0, hi0, m_actual, N);
+}
+
+// A launch over `blocks` 16-row blocks: 16 warps fit per SM (<= 128 registers). A grid that fits
+// in two blocks per SM takes 8-warp blocks (o, down: 256 blocks -> 16 warps on each SM); larger
+// grids take 4-warp blocks, so up to 4 are resident per SM and a grid of <= 4 blocks per SM (qkv:
+// 384) runs in one wave. U = 8 chunk groups per step for one n-tile; 6 for two (the second tile's
+// x fragments would push U = 8 past 128 registers: ptxas spilled).
+template <int NT, class E>
+void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, int64_t blocks, const E& epi,
+                     cudaStream_t stream) {
+  constexpr int U = NT == 1 ? 8 : 6;
+  if (blocks <= 2 * int64_t(gemv_sm_count()))
+    gemv_mma_kernel<NT, U, 8, E><<<unsigned(blocks), 8 * 32, 0, stream>>>(x, w, m, N, K, epi);
+  else
+    gemv_mma_kernel<NT, U, 4, E><<<unsigned(blocks), 4 * 32, 0, stream>>>(x, w, m, N, K, epi);
+}
+
+}  // namespace kiln::cuda

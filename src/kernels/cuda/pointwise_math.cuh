@@ -1,0 +1,55 @@
+// The arithmetic of RoPE and SwiGLU, shared by their stand-alone kernels (elementwise.cu) and by
+// the decode GEMVs that fold them into their epilogues (gemv_fused.cu). One definition, written with
+// explicit rounding intrinsics (the compiler may not contract x0 c - x1 s into an FMA one way in one
+// kernel and another way in the other), so both paths produce the same bits: the fused decode step
+// is tested equal to the unfused one, not merely close.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/common.h"
+
+namespace kiln::cuda {
+
+// --- RoPE ---
+
+// sin / cos of position pos at inverse frequency f. The angle in double, reduced mod 2 pi: fp32
+// pos * f loses digits at long context (the CPU reference does the same).
+__device__ __forceinline__ void rope_sincos(int64_t pos, float inv_freq, float& s, float& c) {
+  const double angle = fmod(double(pos) * double(inv_freq), 6.283185307179586);
+  sincosf(float(angle), &s, &c);
+}
+
+// The same sin / cos from a table filled by rope_table_fill (cos_sin[pos * half + i] = (c, s), the
+// rope_sincos values, so cached and computed angles are the same bits); positions past the table
+// are computed. The table turns a double-precision fmod and a sincos per (token, head, pair) into
+// one 8-byte load that the heads of a token share through L1.
+__device__ __forceinline__ void rope_sincos_cached(const float2* cos_sin, int64_t positions, int half, int64_t pos,
+                                                   int i, const float* inv_freq, float& s, float& c) {
+  if (pos < positions) {
+    const float2 v = cos_sin[pos * half + i];
+    c = v.x;
+    s = v.y;
+  } else {
+    rope_sincos(pos, inv_freq[i], s, c);
+  }
+}
+
+// The rotated pair: a' = x0 c - x1 s, b' = x0 s + x1 c.
+__device__ __forceinline__ float rope_a(float x0, float x1, float s, float c) {
+  return __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+}
+__device__ __forceinline__ float rope_b(float x0, float x1, float s, float c) {
+  return __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+// --- SwiGLU ---
+
+__device__ __forceinline__ float silu_mul_value(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, __expf(-g))), u);
+}
+
+// A value as the bf16 the unfused path stores between kernels, back in fp32.
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+}  // namespace kiln::cuda
