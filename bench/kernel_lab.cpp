@@ -2,9 +2,11 @@
 // then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
-//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant]
+//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--gemm]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
-//    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS)
+//    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS;
+//    --gemm: only the batched-decode GEMMs at M = 64..256 and the prefill GEMM versions 4.. at
+//    M = 512 / 2048 / 4096, with a summary table last)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,6 +37,7 @@ constexpr double kPeakTflops = 700.0;  // bf16 dense, H200 (cuBLAS reaches 675-7
 constexpr int64_t kRotateBytes = 256ll << 20;  // > 4x the L2
 
 bool g_quick = false;
+int g_gemm_first_version = 1;  // --gemm: 4 (the mma.sync v1-v3 were measured in earlier runs)
 nlohmann::json g_results = nlohmann::json::array();
 
 // Median of `reps` timings of fn(rep) after `warmup` untimed calls.
@@ -140,7 +143,7 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       int reps = gemm ? 20 : 100;
       // Every version (v1, v2, ... of gemv.cu / gemm.cu), then the default choice ("kiln"), then cuBLAS.
       const int versions = gemm ? gemm_versions() : gemv_versions();
-      for (int v = 1; v <= versions + 1; ++v) {
+      for (int v = gemm ? g_gemm_first_version : 1; v <= versions + 1; ++v) {
         const int ver = v <= versions ? v : 0;
         auto run = [&](const bf16* wp) {
           if (gemm)
@@ -195,6 +198,12 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       variants.push_back({"gemm", [&](const bf16* wp) {
                             gemm_version(0, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
                           }});
+      for (int version : {4, 5}) {  // v4 (one block per tile) and v5 (persistent), unsplit
+        variants.push_back({"gemm v" + std::to_string(version), [&, version](const bf16* wp) {
+                              gemm_version(version, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k,
+                                           nullptr);
+                            }});
+      }
       for (int version : {0, 2}) {
         const int S = gemm_splitk_plan(version, 0, m, s.n, s.k, kSplitKWorkspaceFloats);
         char label[32];
@@ -223,6 +232,36 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       record("gemm-skinny", shape, "cublas", t_c, wbytes, flops, copy_gbs, 0);
     }
   }
+}
+
+// The prefill GEMM table last (the device run's reply carries the end of the output): TFLOP/s of
+// v4, v5 and the default choice next to cuBLAS in the same run, and the default's ratio.
+void print_gemm_summary() {
+  std::printf("\n%-32s %8s %8s %8s %8s %8s %8s %8s %8s %7s\n", "gemm (TFLOP/s)", "v4", "v5", "v6 pp", "v7 c192",
+              "v8 c256", "v9 c256t", "kiln", "cublas", "kiln/cb");
+  std::string shape;
+  double t[8] = {};  // v4 v5 v6 v7 v8 v9 kiln cublas
+  auto flush = [&] {
+    if (!shape.empty())
+      std::printf("%-32s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %7.3f\n", shape.c_str(), t[0], t[1], t[2],
+                  t[3], t[4], t[5], t[6], t[7], t[7] > 0 ? t[6] / t[7] : 0.0);
+  };
+  for (const auto& r : g_results) {
+    if (r.value("kernel", "") != "gemm") continue;
+    const std::string sh = r.value("shape", ""), v = r.value("version", "");
+    if (sh.find(" M=512 ") == std::string::npos && sh.find(" M=2048 ") == std::string::npos &&
+        sh.find(" M=4096 ") == std::string::npos)
+      continue;
+    if (sh != shape) {
+      flush();
+      shape = sh;
+      std::fill(t, t + 8, 0.0);
+    }
+    const char* names[] = {"v4", "v5", "v6", "v7", "v8", "v9", "kiln", "cublas"};
+    for (int i = 0; i < 8; ++i)
+      if (v == names[i]) t[i] = r.value("tflops", 0.0);
+  }
+  flush();
 }
 
 // Prefill FLOPs as FlashAttention counts causal attention: 2 products of 2 S^2 H d, halved.
@@ -543,7 +582,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false;
+  bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
@@ -551,8 +590,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--attention")) attention_only = true;
     else if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
+    else if (!std::strcmp(argv[i], "--gemm")) gemm_only = true;
     else {
-      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--gemv]\n");
+      std::fprintf(stderr,
+                   "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--gemv] [--gemm]\n");
       return 2;
     }
   }
@@ -565,7 +606,12 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs, L2 %lld MB, cc %d.%d\n", info.name.c_str(), info.sm_count,
                 (long long)(info.l2_bytes >> 20), info.cc_major, info.cc_minor);
     double copy_gbs = copy_ceiling();
-    if (quant_only) {
+    if (gemm_only) {
+      CublasGemm cublas;
+      g_gemm_first_version = 4;
+      bench_skinny(copy_gbs, cublas, {64, 128, 256});
+      bench_matmul(copy_gbs, cublas, {512, 2048, 4096}, true);
+    } else if (quant_only) {
       CublasGemm cublas;
       bench_quant(copy_gbs, cublas);
     } else if (gemv_only) {  // the decode GEMVs (M = 1..16) of every version against cuBLAS
@@ -579,10 +625,11 @@ int main(int argc, char** argv) {
       }
       bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
     }
-    if (!skinny_only && !quant_only && !gemv_only) {
+    if (!skinny_only && !quant_only && !gemv_only && !gemm_only) {
       probe_wgmma_prefill();
       bench_attention(copy_gbs);
     }
+    print_gemm_summary();
     if (!json_path.empty()) {
       nlohmann::json doc = {{"device", info.name}, {"copy_gbs", copy_gbs}, {"peak_tflops", kPeakTflops},
                             {"results", g_results}};

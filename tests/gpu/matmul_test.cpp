@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <thread>
 
 #include "backend/cpu/ops.h"
@@ -65,11 +66,11 @@ void check_matmul(Shape s, cuda::OutMode mode, bool bias, Path path, int version
   EXPECT_LT(rel_error(out, ref), tol);
 }
 
-// gemm version 4 (wgmma, sm_90a) runs only on a cc 9.0 device; elsewhere gemm_version(4) runs v2,
-// so testing it there would test nothing new: skip it, saying so once per test.
+// gemm versions 4..8 (wgmma, sm_90a) run only on a cc 9.0 device; elsewhere they run v2, so testing
+// them there would test nothing new: skip them, saying so once per version.
 bool gemm_version_testable(int v) {
-  if (v != 4 || cuda::gemm_wgmma_available()) return true;
-  std::printf("[ SKIPPED ] gemm v4 (wgmma): the device is not sm_90 (or the build has no sm_90a code)\n");
+  if (v < 4 || cuda::gemm_wgmma_available()) return true;
+  std::printf("[ SKIPPED ] gemm v%d (wgmma): the device is not sm_90 (or the build has no sm_90a code)\n", v);
   return false;
 }
 
@@ -176,6 +177,27 @@ TEST(GpuMatmul, GemmWgmmaOddShapes) {
   check_matmul(Shape{130, 4500, 4104}, cuda::OutMode::add_f32, true, Path::gemm, 4);
   for (auto mode : kModes) check_matmul(Shape{2049, 2300, 520}, mode, mode != cuda::OutMode::store_f32, Path::gemm, 4);
   check_matmul(Shape{1100, 4500, 1544}, cuda::OutMode::store_bf16, true, Path::gemm, 4);
+}
+
+// v5 (persistent) and its forced configs v6 (ping-pong 128x128), v7 (cooperative 128x192), v8
+// (cooperative 128x256), v9 (v8 + TMA-store epilogue) where blocks get several tiles (tiles > 132 SMs), so the TMA ring runs on
+// across tiles and the ping-pong consumers hand over: K = 64 (one K step per tile: the ring wraps
+// every 5-7 tiles), K = 520 / 1544 / 4104 (not multiples of 64 x the stage count), M and N off every
+// tile (2049, 1100, 700; 2300, 4500, 3000 against 128 / 192 / 256), every mode and bias somewhere.
+TEST(GpuMatmul, GemmPersistentOddShapes) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(5)) GTEST_SKIP() << "gemm v5 (wgmma) needs an sm_90 device and an sm_90a build";
+  const Shape shapes[] = {Shape{2049, 2300, 64}, Shape{1100, 4500, 1544}, Shape{700, 3000, 4104},
+                          Shape{1500, 1800, 520}, Shape{300, 257, 520}};
+  for (int v = 5; v <= 9; ++v)
+    for (int i = 0; i < int(std::size(shapes)); ++i)
+      check_matmul(shapes[i], kModes[(v + i) % 3], (v + i) % 2 == 0, Path::gemm, v);
+  // v9's TMA-store epilogue (bf16 out, N % 8 == 0): M tails inside a consumer's 64-row half and past
+  // it (2049, 1100, 700, 130: the last tile's second half empty), N tails inside a 64-column box
+  // (2304 = 9 x 256, 4504, 3000, 200), one tile per block and several; N % 8 != 0 falls back.
+  for (Shape s : {Shape{2049, 2304, 64}, Shape{1100, 4504, 1544}, Shape{700, 3000, 4104}, Shape{130, 200, 64},
+                  Shape{300, 257, 520}})
+    for (bool bias : {false, true}) check_matmul(s, cuda::OutMode::store_bf16, bias, Path::gemm, 9);
 }
 
 // ---- split-K (gemm_splitk, matmul for kGemvMaxRows < M <= kSplitKMaxRows) ----

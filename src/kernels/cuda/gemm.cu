@@ -28,6 +28,18 @@
 //       aligned x / W; anywhere else version 4 runs v2. Predicted 550-650 TFLOP/s at M >= 2048 and
 //       400-450 at M=512; measured (H200 run 5, same run as cuBLAS): 454-783, i.e. 0.80-1.04x cuBLAS
 //       (ahead on down M=512, o M=512, lm_head M=512/2048). The default since run 5.
+//   v5: gemm_wgmma_persistent.cu: v4's main loop in a persistent grid (one block per SM, tiles
+//       round-robin, the TMA ring running on across tiles), ping-pong 128x128 tiles (the two consumer
+//       warpgroups own alternate tiles, so one's epilogue overlaps the other's main loop) or, where
+//       128x128 tiles quantize badly (qkv M = 512), cooperative 128x192. Its header has the counts
+//       and the prediction. v6 / v7 / v8 force its ping-pong 128x128 / cooperative 128x192 /
+//       cooperative 128x256 configuration (lab and tests: each timed and checked on its own).
+//       v9: v8 with the epilogue through shared memory and TMA stores (bf16 output, N % 8 == 0;
+//       else v8): the consumers write the tile to shared memory and go on with the next tile while
+//       the TMA unit stores it. Same conditions as v4 (else v2).
+//       Measured (H200 device run 2, same run as cuBLAS, TFLOP/s): v5 (auto) 0.90-1.14x cuBLAS on
+//       every Llama-3-8B shape at M = 512 / 2048 / 4096 (v4: 0.72-1.00x in the same run); v9 is
+//       0.94-1.07x at M >= 2048. The default since then (gemm_default_version).
 // Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
 // wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
 // a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.
@@ -395,20 +407,22 @@ bool matmul_splitk(const bf16* x, const bf16* w, const bf16* bias, void* y, OutM
   return true;
 }
 
-// Default: v4 (wgmma + TMA; measured 454-783 TFLOP/s on the H200, 0.80-1.04x cuBLAS) where it can
-// run, which gemm_version(4) checks per call (Hopper, 16-byte aligned operands, K % 8 == 0) before
-// falling back to v2, the fastest mma.sync version (the path on sm_80). KILN_GEMM_VERSION
+// Default: v5 (gemm_wgmma_persistent.cu: per shape v4 where 128x128 tiles fit in one round, else
+// the persistent kernel's ping-pong 128x128 / cooperative 128x192 / 128x256 with TMA-store epilogue;
+// measured 0.90-1.14x cuBLAS on the H200, v4 0.72-1.00x in the same run) where it can run, which
+// gemm_version checks per call (Hopper, 16-byte aligned operands, K % 8 == 0) before falling back to
+// v2, the fastest mma.sync version (the path on sm_80). KILN_GEMM_VERSION
 // overrides the default for experiments (kiln bench end to end with another version), read once.
 static int gemm_default_version() {
   static const int v = [] {
     const char* env = std::getenv("KILN_GEMM_VERSION");
     int parsed = env ? std::atoi(env) : 0;
-    return parsed >= 1 && parsed <= gemm_versions() ? parsed : 4;
+    return parsed >= 1 && parsed <= gemm_versions() ? parsed : 5;
   }();
   return v;
 }
 
-int gemm_versions() { return 4; }
+int gemm_versions() { return 9; }
 
 void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -424,6 +438,9 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
   if (version == 4) {
     if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
     version = 2;  // not sm_90a-capable here, or K / alignment it cannot take
+  } else if (version >= 5) {  // v5 auto, v6 / v7 / v8 / v9 its configs 1 / 2 / 3 / 4
+    if (gemm_wgmma_persistent(version - 5, x, w, bias, y, mode, M, N, K, stream)) return;
+    version = 2;
   }
   if (version == 1)
     launch<CfgV1>(x, w, bias, y, mode, M, N, K, stream);

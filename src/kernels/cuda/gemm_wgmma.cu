@@ -210,8 +210,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #endif
 }
 
+}  // namespace
+
 // (rows, K) row-major bf16 -> tensor map with (64, box_rows) boxes, 128-byte swizzle, zero fill.
-bool make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_rows) {
+bool wgmma_make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_rows) {
   wgmma_ptx::EncodeTiled fn = wgmma_ptx::tensor_map_encoder();
   if (!fn) return false;
   cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
@@ -223,6 +225,8 @@ bool make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
+
+namespace {
 
 template <class C>
 void launch_wgmma(const CUtensorMap& mx, const CUtensorMap& mw, const bf16* bias, void* y, OutMode mode, int64_t M,
@@ -261,8 +265,7 @@ DeviceInfo device_info() {
 
 bool gemm_wgmma_available() { return device_info().ok; }
 
-namespace {
-// The shape / alignment limits of both entry points (tensor maps, int coordinates, grid.y).
+// The shape / alignment limits of the entry points (tensor maps, int coordinates, grid.y).
 bool wgmma_shape_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0 || K <= 0 || K % 8 != 0) return false;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) return false;
@@ -270,7 +273,6 @@ bool wgmma_shape_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t 
   if ((M + WG_BM - 1) / WG_BM >= (int64_t(1) << 31) || (N + 127) / 128 >= 65536) return false;
   return true;
 }
-}  // namespace
 
 int gemm_wgmma_sms() { return device_info().sms; }
 
@@ -280,7 +282,7 @@ bool gemm_wgmma_splitk(const bf16* x, const bf16* w, float* partials, int64_t M,
   if (int64_t(splits - 1) * k_steps_per_split >= (K + WG_BK - 1) / WG_BK) return false;  // an empty slice
   if (!device_info().ok) return false;
   CUtensorMap mx, mw;
-  if (!make_map(&mx, x, M, K, WG_BM) || !make_map(&mw, w, N, K, 128)) return false;
+  if (!wgmma_make_map(&mx, x, M, K, WG_BM) || !wgmma_make_map(&mw, w, N, K, 128)) return false;
   launch_wgmma<WgCfg128>(mx, mw, nullptr, partials, OutMode::store_f32, M, N, K, stream, splits, k_steps_per_split);
   return true;
 }
@@ -294,7 +296,7 @@ bool gemm_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode
   const int64_t tiles256 = ((M + WG_BM - 1) / WG_BM) * ((N + 255) / 256);
   const bool wide = tiles256 >= dev.sms;
   CUtensorMap mx, mw;
-  if (!make_map(&mx, x, M, K, WG_BM) || !make_map(&mw, w, N, K, wide ? 256 : 128)) return false;
+  if (!wgmma_make_map(&mx, x, M, K, WG_BM) || !wgmma_make_map(&mw, w, N, K, wide ? 256 : 128)) return false;
   if (wide)
     launch_wgmma<WgCfg256>(mx, mw, bias, y, mode, M, N, K, stream);
   else

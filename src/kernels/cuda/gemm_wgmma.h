@@ -1,6 +1,8 @@
 // Internal to gemm.cu (and the tests): the sm_90a wgmma + TMA GEMM of gemm_wgmma.cu, gemm version 4.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include "kernels/cuda/common.h"
 
 namespace kiln::cuda {
@@ -21,5 +23,21 @@ bool gemm_wgmma_splitk(const bf16* x, const bf16* w, float* partials, int64_t M,
                        int k_steps_per_split, cudaStream_t stream);
 // The current device's SM count when gemm_wgmma_available(), else 0.
 int gemm_wgmma_sms();
+
+// gemm version 5 (gemm_wgmma_persistent.cu): persistent grid, tiles handed out round-robin, the TMA
+// ring running on across tiles. config: 0 = auto (per shape: v4 or one of these, by rounds of tiles
+// and measured rates), 1 = ping-pong 128x128 (the two consumer warpgroups own alternate tiles),
+// 2 = cooperative 128x192, 3 = cooperative 128x256, 4 = 3 with a TMA-store epilogue (bf16 output
+// with N % 8 == 0, else 3). Returns false and launches nothing where it cannot run (as gemm_wgmma).
+bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
+                           int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+// The config auto picks for this shape on this device (1..4; 0: v4, one round of 128x128 tiles, or
+// the kernel cannot run).
+int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K);
+
+// Shared by the wgmma GEMM files: the shape / alignment limits (K % 8 == 0, 16-byte aligned x and W,
+// int coordinates), and the (rows, K) bf16 tensor map with (64, box_rows) boxes, 128-byte swizzle.
+bool wgmma_shape_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);
+bool wgmma_make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_rows);
 
 }  // namespace kiln::cuda

@@ -1,0 +1,381 @@
+// Prefill GEMM on Hopper (sm_90a), gemm.cu's version 5: the wgmma + TMA main loop of gemm_wgmma.cu
+// (v4; its header has the shared-memory layout, the descriptors and the accumulator layout) in a
+// persistent grid. Same contract: y(M, N) = x(M, K) . W(N, K)^T (+ bias) per OutMode, bf16 operands
+// K-major, fp32 accumulation, any M and N; K % 8 == 0 and 16-byte aligned x and W (wgmma_shape_ok).
+//
+// Why (v4 measured on the H200, run 5): 0.80x cuBLAS on qkv and gate_up at M = 512, 0.90-0.93x on
+// most M = 2048 / 4096 shapes. Counting: (1) wave quantization. v4 launches one block per tile:
+// qkv M = 512 is 192 tiles of 128x128 on 132 SMs (1.45 waves: the second wave is half empty),
+// gate_up M = 512 is 448 tiles of 128x256 (3.39 waves -> 4). (2) Per-tile fixed cost: each block
+// fills its TMA ring from empty (~1-2 us of a ~45 us 128x256 tile at K = 4096) and stores its
+// epilogue from registers while the tensor cores idle (64 KB per tile, ~2 us at an SM's share of
+// DRAM bandwidth): ~5-8% at K = 4096. down (K = 14336, the same tiles, overheads amortized over 3.5x
+// longer main loops) reaches 775-783 TFLOP/s, which bounds what removing (2) can give.
+//
+// Design: grid = min(tiles, SMs) blocks of 3 warpgroups (1 TMA producer at 40 registers, 2 wgmma
+// consumers at 232), one block per SM; block b takes tiles b, b + grid, b + 2 grid, ... (tile t:
+// m tile t % m_tiles, n tile t / m_tiles: M fastest, so the blocks running at once share W tiles and
+// x is re-read from L2, as in v4). The producer walks the block's tiles' K steps as one sequence
+// (global step g = local tile j * k_steps + kt; stage g % STAGES, phase (g / STAGES) & 1), so it loads
+// the next tile's first stages while the consumers finish the current tile and store it.
+// Two consumer schedules (template PP):
+//   ping-pong (PP, 128x128 tiles, 7 stages x 32 KB): consumer c owns the block's local tiles
+//     j = c, c + 2, ...: all 128 rows (2 x wgmma m64n128k16 per k16, 128 accumulators per thread).
+//     While one stores its tile, the other runs its main loop: the epilogue is off the tensor cores'
+//     critical path. The two main loops are serialized by a pair of named barriers (consumer c
+//     arrives after issuing its last K step of tile j; the other syncs before its tile j + 1). That
+//     order is also what makes the parity waits valid: a consumer waits on full[s] for use u only
+//     once use u - 1 has completed (the previous owner of those stages waited on it), so it is never
+//     two phases ahead. Each stage is read by one consumer: empty[s] counts 1 arrival.
+//   cooperative (!PP, 128x192 or 128x256): both consumers on every tile, rows [64c, 64c + 64), as
+//     v4; empty[s] counts 2. For shapes where 128x128 tiles quantize badly (qkv M = 512: 192 tiles of
+//     128x128 = 2 rounds on 132 SMs, 128 tiles of 128x192 = 1 round of 1.5x the work).
+// The host picks per shape (config 0, plan()): v4 when the 128x128 tiles fit in one round, else the
+// least of rounds x tile area / main-loop rate over the configurations (rates measured, see plan()).
+//
+// Prediction (H200, 132 SMs, mainloop at the ~775 TFLOP/s that down reaches in v4): ping-pong
+// 128x128 ~700-740 TFLOP/s at M >= 2048 on every shape (>= 97% of rounds full; the epilogue hidden),
+// gate_up M = 512 ~700 (896 tiles = 6.8 rounds -> 7), qkv M = 512 (cooperative 128x192, 128 tiles,
+// 1 round) ~600, o / down M = 512 (128 tiles, 1 round: no second tile to overlap) ~ v4's 525 / 677.
+// Measured (device run 1, same run as cuBLAS): ping-pong 128x128 reached only 615-620 at M = 4096
+// (cooperative 128x256: 678-690). Likely causes (not isolated with counters): 128x128 tiles move
+// ~25-30% more shared-memory bytes per FLOP (TMA writes and wgmma operand reads) than 128x256, and
+// only one warpgroup issues at a time. It wins only where 128x256 tiles quantize badly (gate_up
+// M = 512: 681 vs 594 for v4).
+// Cooperative 128x192 took qkv M = 512 from 401 to 572. The persistent 128x256 alone (v8) was within
+// +-3% of v4: the exposed epilogue, not the prologue, was the per-tile cost. Hence v9 (config 4):
+// 128x256 with the epilogue through shared memory and TMA stores (3 stages + a 64 KB staging tile),
+// so the consumers go on with the next tile while the TMA unit writes this one. Device run 2 (same
+// run as cuBLAS; TFLOP/s, v4 -> v9 vs cuBLAS): qkv M=2048 682 -> 740 (751), M=4096 698 -> 746 (793);
+// o 649 -> 716 (718), 681 -> 729 (775); gate_up 711 -> 781 (795), 696 -> 754 (708); down 791 -> 808
+// (820), 787 -> 798 (820); lm_head 649 -> 724-787 (693), 620 -> 685 (694). The auto choice (v5)
+// measured 0.90-1.14x cuBLAS on all 15 Llama-3-8B prefill shapes x M = 512 / 2048 / 4096. Noise:
+// the same kernel timed twice in one run differed by up to 7% on lm_head M = 2048 (724 / 778) and
+// 15% on down M = 512 (598 / 700, one round of 128 tiles), so differences under ~5% are not
+// rankings. Decode side effect: at M = 64 gate_up's unsplit GEMM picks one round of 112 128x256
+// tiles (v9) instead of v4's 224 128x128 blocks (1.7 waves): 90.1 -> 70.9 us (cuBLAS 71.9).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/wgmma_ptx.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int P_BM = 128, P_BK = 64, P_THREADS = 384;  // 1 producer + 2 consumer warpgroups
+
+template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false>
+struct PCfg {
+  static constexpr int BN = BN_, STAGES = STAGES_;
+  static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
+  static constexpr int MH = PP ? 2 : 1;         // m64 row blocks per consumer per tile
+  static constexpr int ACC = MH * BN / 2;       // fp32 accumulators per consumer thread
+  static constexpr int kABytes = P_BM * P_BK * 2;  // (128, 64) bf16 = 16 KB
+  static constexpr int kBBytes = BN * P_BK * 2;    // (BN, 64) bf16
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // TMA-store epilogue: a bf16 (128, BN) staging tile, (64, 64) boxes of 8 KB, 128B-swizzled.
+  static constexpr int kCBytes = TMA_EPI ? P_BM * BN * 2 : 0;
+  static constexpr int kSmemBytes = kCBytes + STAGES * kStageBytes + 2 * STAGES * 8 + 1024;  // + barriers, slack
+  static_assert(BN == 128 || BN == 192 || BN == 256, "wgmma n128 / n192 / n256");
+  static_assert(MH * 64 * BN / 128 == ACC && ACC <= 128, "fp32 accumulators per consumer thread");
+  static_assert(!TMA_EPI || (!PP && BN % 64 == 0), "TMA epilogue: cooperative, whole 64-column boxes");
+  static_assert(kBBytes % 1024 == 0, "1024-byte aligned swizzle atoms");
+  static_assert(kSmemBytes <= 227 * 1024, "opt-in shared memory per block");
+};
+using PCfgPP128 = PCfg<128, 7, true>;     // 7 x 32 KB = 224 KB
+using PCfgCo192 = PCfg<192, 5, false>;    // 5 x 40 KB = 200 KB
+using PCfgCo256 = PCfg<256, 4, false>;    // 4 x 48 KB = 192 KB
+using PCfgCo256T = PCfg<256, 3, false, true>;  // 64 KB C staging + 3 x 48 KB = 208 KB
+
+#ifdef KILN_WGMMA_DEVICE
+using namespace wgmma_ptx;
+// Named barriers: 1 / 2 the ping-pong hand-over (to consumer 2 / to consumer 1), 3 + c consumer c's
+// TMA-store epilogue (128 threads).
+constexpr int kBarToWg2 = 1, kBarToWg1 = 2;
+
+// D(64, BN) += A(64, 16) . B(BN, 16)^T, A and B from shared memory (K-major, 128B swizzle).
+template <int BN>
+__device__ __forceinline__ void wgmma_bn(float* d, uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (BN == 256) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " KILN_WGMMA_ACC128_REGS ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WGMMA_ACC128_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else if constexpr (BN == 192) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " KILN_WGMMA_ACC96_REGS ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WGMMA_ACC96_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_ACC64_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WGMMA_ACC64_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  }
+}
+
+// Stores one warpgroup's (64, BN) accumulator block whose first row is row0 (+ bias, per mode).
+// d[4j + e] is (row 16w + l/4 + 8(e>>1), col 8j + 2(l%4) + (e&1)), w = warp, l = lane (gemm_wgmma.cu).
+template <int BN>
+__device__ __forceinline__ void store_block(const float* d, int tid, int64_t row0, int64_t n0, const bf16* bias,
+                                            void* y, OutMode mode, int64_t M, int64_t N) {
+  const int w = tid / 32, l = tid % 32;
+  const int64_t r_base = row0 + w * 16 + l / 4;
+  const bool pairs = (N & 1) == 0;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t col = n0 + j * 8 + 2 * (l % 4);
+    if (col >= N) continue;
+    const bool has_c1 = col + 1 < N;
+    const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f;
+    const float b1 = bias && has_c1 ? __bfloat162float(bias[col + 1]) : 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = r_base + 8 * h;
+      if (r >= M) continue;
+      const float v0 = d[4 * j + 2 * h] + b0, v1 = d[4 * j + 2 * h + 1] + b1;
+      if (pairs && has_c1) {
+        store_out2(y, mode, r * N + col, v0, v1);
+      } else {
+        store_out(y, mode, r * N + col, v0);
+        if (has_c1) store_out(y, mode, r * N + col + 1, v1);
+      }
+    }
+  }
+}
+
+// The TMA-store epilogue of one consumer's (64, BN) block: bias added, rounded to bf16 and written
+// to its (64, BN) staging half as BN / 64 boxes of (64 rows, 64 columns), each row 128 bytes with the
+// 16-byte chunk q of row r at q ^ (r % 8) (the 128B swizzle the tensor map names: the 8 rows a warp
+// writes per store hit 8 different chunk positions, so no bank conflicts); then one thread stores
+// the boxes with cp.async.bulk.tensor (rows >= M and columns >= N clipped by the TMA unit) and the
+// warpgroup moves on without waiting for them. The staging half is reused only after
+// cp.async.bulk.wait_group.read 0 (the previous tile's boxes were read out of shared memory).
+template <int BN>
+__device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, uint32_t sc, const CUtensorMap* map_y,
+                                                int64_t row0, int64_t n0, const bf16* bias, int64_t M, int64_t N) {
+  const int w = tid / 32, l = tid % 32;
+  if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  named_bar_sync(3 + c, 128);  // the staging half is free
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t col = n0 + j * 8 + 2 * (l % 4);
+    const float b0 = bias && col < N ? __bfloat162float(bias[col]) : 0.0f;
+    const float b1 = bias && col + 1 < N ? __bfloat162float(bias[col + 1]) : 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = w * 16 + l / 4 + 8 * h;  // row within the 64-row half
+      const uint32_t addr = sc + uint32_t(j / 8) * 8192 + uint32_t(r) * 128 + uint32_t(((j % 8) ^ (r % 8)) * 16) +
+                            uint32_t(l % 4) * 4;
+      const __nv_bfloat162 v = __floats2bfloat162_rn(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+    }
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // st.shared -> the TMA unit's reads
+  named_bar_sync(3 + c, 128);
+  if (tid == 0 && row0 < M) {
+#pragma unroll
+    for (int b = 0; b < BN / 64; ++b) {
+      if (n0 + b * 64 >= N) break;
+      asm volatile(
+          "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+              reinterpret_cast<uint64_t>(map_y)),
+          "r"(int(n0) + b * 64), "r"(int(row0)), "r"(sc + uint32_t(b) * 8192)
+          : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  }
+}
+#endif  // KILN_WGMMA_DEVICE
+
+template <class C>
+__global__ void __launch_bounds__(P_THREADS, 1)
+    gemm_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                                 const __grid_constant__ CUtensorMap map_y, const bf16* __restrict__ bias,
+                                 void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K) {
+#ifdef KILN_WGMMA_DEVICE
+  constexpr int BN = C::BN, STAGES = C::STAGES, MH = C::MH, ACC = C::ACC;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sc0 = smem_u32(smem);               // TMA_EPI: C staging (128, BN) bf16, 2 halves
+  const uint32_t sa0 = sc0 + C::kCBytes;             // STAGES x A (128, 64)
+  const uint32_t sb0 = sa0 + STAGES * C::kABytes;    // STAGES x B (BN, 64)
+  const uint32_t full0 = sb0 + STAGES * C::kBBytes;  // STAGES x mbarrier
+  const uint32_t empty0 = full0 + STAGES * 8;        // STAGES x mbarrier
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int m_tiles = int((M + P_BM - 1) / P_BM);
+  const int tiles = m_tiles * int((N + BN - 1) / BN);  // < 2^31 (the host checks)
+  const int k_steps = int((K + P_BK - 1) / P_BK);
+  const int grid = int(gridDim.x);
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full0 + 8 * s, 1);                 // the producer's arrive.expect_tx
+      mbar_init(empty0 + 8 * s, C::PP ? 1 : 2);    // the consumer(s) that read the stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer: the block's tiles' K steps as one sequence g = 0, 1, ...
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
+      uint32_t g = 0;
+      for (int t = blockIdx.x; t < tiles; t += grid) {
+        const int m0 = (t % m_tiles) * P_BM, n0 = (t / m_tiles) * BN;
+        for (int kt = 0; kt < k_steps; ++kt, ++g) {
+          const uint32_t s = g % STAGES, use = g / STAGES;
+          mbar_wait(empty0 + 8 * s, (use & 1) ^ 1);  // the stage's previous use was released
+          mbar_arrive_expect_tx(full0 + 8 * s, C::kStageBytes);
+          tma_load_2d(sa0 + s * C::kABytes, &map_x, full0 + 8 * s, kt * P_BK, m0);  // (128, 64)
+          tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * P_BK, n0);  // (BN, 64)
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int c = wg - 1;
+    const int j0 = C::PP ? c : 0, jstep = C::PP ? 2 : 1;
+    const int local_tiles = (tiles - int(blockIdx.x) + grid - 1) / grid;  // tiles of this block
+    float acc[ACC];  // PP: (128, BN) as MH = 2 blocks of (64, BN); else (64, BN), rows [64c, 64c + 64)
+    for (int j = j0; j < local_tiles; j += jstep) {
+      const int t = int(blockIdx.x) + j * grid;
+      const int64_t m0 = int64_t(t % m_tiles) * P_BM, n0 = int64_t(t / m_tiles) * BN;
+      const uint32_t g0 = uint32_t(j) * uint32_t(k_steps);
+      // Ping-pong: wait until the other consumer has issued its tile j - 1 (see the header).
+      if (C::PP && j > 0) named_bar_sync(c == 0 ? kBarToWg1 : kBarToWg2, 256);
+#pragma unroll
+      for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+      for (int kt = 0; kt < k_steps; ++kt) {
+        const uint32_t g = g0 + uint32_t(kt), s = g % STAGES;
+        mbar_wait(full0 + 8 * s, (g / STAGES) & 1);
+        const uint32_t a_base = sa0 + s * C::kABytes + (C::PP ? 0 : c * 64 * 128);
+        const uint64_t db = sw128_desc(sb0 + s * C::kBBytes);
+        fence_acc<ACC>(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < P_BK / 16; ++k)
+#pragma unroll
+          for (int h = 0; h < MH; ++h)
+            wgmma_bn<BN>(acc + h * (BN / 2), sw128_desc(a_base + h * 64 * 128) + 2 * k, db + 2 * k);
+        wgmma_commit();
+        wgmma_wait<1>();  // step kt-1's wgmmas have retired: release its stage
+        fence_acc<ACC>(acc);
+        if (kt > 0 && tid == 0) mbar_arrive(empty0 + 8 * ((g - 1) % STAGES));
+      }
+      // Hand the tensor cores to the other consumer (it may now wait on the next tile's stages).
+      if (C::PP && j + 1 < local_tiles) named_bar_arrive(c == 0 ? kBarToWg2 : kBarToWg1, 256);
+      wgmma_wait<0>();
+      fence_acc<ACC>(acc);
+      if (tid == 0) mbar_arrive(empty0 + 8 * ((g0 + uint32_t(k_steps) - 1) % STAGES));
+      if constexpr (C::TMA_EPI) {
+        store_block_tma<BN>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M, N);
+      } else {
+#pragma unroll
+        for (int h = 0; h < MH; ++h)
+          store_block<BN>(acc + h * (BN / 2), tid, m0 + (C::PP ? h : c) * 64, n0, bias, y, mode, M, N);
+      }
+    }
+    // The last tile's boxes must be out of shared memory before the block exits.
+    if (C::TMA_EPI && tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  }
+#else
+  __trap();  // not built for sm_90a: the host never launches this (gemm_wgmma_available)
+#endif
+}
+
+template <class C>
+void launch_persistent(const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                       int64_t K, int sms, cudaStream_t stream, const CUtensorMap& mx, const CUtensorMap& my) {
+  static bool configured = false;  // raising the dynamic shared-memory limit once is enough
+  if (!configured) {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_persistent_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         C::kSmemBytes));
+    configured = true;
+  }
+  CUtensorMap mw;
+  KILN_CUDA_REQUIRE(wgmma_make_map(&mw, w, N, K, C::BN), "gemm v5: tensor map");
+  const int64_t tiles = ((M + P_BM - 1) / P_BM) * ((N + C::BN - 1) / C::BN);
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, sms));
+  gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(mx, mw, my, bias, y, mode, M, N, K);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+int device_sms() {
+  static wgmma_ptx::HopperProbe probe;
+  return probe.sms(std::max({PCfgPP128::kSmemBytes, PCfgCo192::kSmemBytes, PCfgCo256::kSmemBytes,
+                             PCfgCo256T::kSmemBytes}),
+                   {reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgPP128>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256T>)});
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Config for a shape (the header's rule). 0 = v4 (one block per tile) where the 128x128 tiles fit in
+// one round (tiles <= SMs: nothing to overlap, and v4's two warpgroups per 128x128 tile beat one
+// ping-pong warpgroup per tile: o M = 512, 524 vs 466 TFLOP/s in run 1). Else the config with the
+// least predicted time = rounds x tile area / main-loop rate, rounds = ceil(tiles / SMs), area in
+// 128x128 units, rates relative to cooperative 128x256 as measured at M = 4096 (run 1: ping-pong
+// 128x128 0.90, cooperative 128x192 0.93); 128x256 with the TMA-store epilogue where it can run.
+int plan(int64_t M, int64_t N, int sms, bool tma_epi) {
+  constexpr double kRatePP = 0.90, kRate192 = 0.93;
+  const int64_t m_tiles = ceil_div(M, P_BM);
+  const int64_t t128 = m_tiles * ceil_div(N, 128);
+  if (t128 <= sms) return 0;
+  const double pp = double(ceil_div(t128, sms)) / kRatePP;
+  const double co192 = 1.5 * double(ceil_div(m_tiles * ceil_div(N, 192), sms)) / kRate192;
+  const double co256 = 2.0 * double(ceil_div(m_tiles * ceil_div(N, 256), sms));
+  if (co256 <= pp && co256 <= co192) return tma_epi ? 4 : 3;
+  return co192 < pp ? 2 : 1;
+}
+
+}  // namespace
+
+int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K) {
+  (void)K;
+  const int sms = device_sms();
+  return sms > 0 ? plan(M, N, sms, true) : 0;
+}
+
+bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
+                           int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  if (!wgmma_shape_ok(x, w, M, N, K)) return false;
+  if (ceil_div(M, P_BM) * ceil_div(N, 128) >= (int64_t(1) << 31)) return false;  // int tile indices
+  const int sms = device_sms();
+  if (sms <= 0) return false;
+  // The TMA-store epilogue needs a bf16 output whose rows are whole 16-byte units (N % 8 == 0) at a
+  // 16-byte aligned base; elsewhere config 4 runs config 3 (the same tiles, register stores).
+  const bool tma_epi = mode == OutMode::store_bf16 && N % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  if (config <= 0 || config > 4) {
+    config = plan(M, N, sms, tma_epi);
+    if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
+  }
+  if (config == 4 && !tma_epi) config = 3;
+  CUtensorMap mx, my{};
+  if (!wgmma_make_map(&mx, x, M, K, P_BM)) return false;
+  if (config == 4 && !wgmma_make_map(&my, static_cast<const bf16*>(y), M, N, 64)) config = 3;
+  if (config == 1)
+    launch_persistent<PCfgPP128>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 2)
+    launch_persistent<PCfgCo192>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 3)
+    launch_persistent<PCfgCo256>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else
+    launch_persistent<PCfgCo256T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  return true;
+}
+
+}  // namespace kiln::cuda
