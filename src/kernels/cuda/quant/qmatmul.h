@@ -89,8 +89,11 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
              cudaStream_t stream, MatmulWorkspace ws = {}, const QScratch& scratch = {});
 
 // ---- the kernels, for tests and the kernel lab ----
-// int8 / int4, 1 <= M <= 16. qgemv_set_version: 0 = default (v1), 1 = weights in registers (v1),
-// 2 = cp.async ring (v2, slower: kept as evidence); process-wide, for the kernel lab and tests.
+// int8 / int4, 1 <= M <= 16. qgemv_set_version: 0 = default (v3), 1 = v1 (a step of weights in
+// registers), 2 = v1 through a cp.async ring (slower: kept as evidence), 3 = v3 (a continuous ring of
+// weight requests per warp, x and its group sums staged in shared memory, qgemv_v3.cu), 4 = v3 with
+// x read from L2 and sum(x) by all-ones MMAs (what v3 does when x does not fit shared memory);
+// process-wide, for the kernel lab and tests.
 void qgemv_set_version(int version);
 void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int64_t M, cudaStream_t stream);
 // W -> bf16 (rows, cols) row-major: value = q * scale + min rounded to bf16 (int8/int4/fp8).
