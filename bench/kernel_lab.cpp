@@ -508,9 +508,9 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
           t = time_ms([&](int i) { fp8_gemv(xq.data(), xs.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
           cost.bytes += double(m * s.k) * (1.0 - 2.0);  // reads e4m3 activations, not bf16
         } else {
-          // v1 (session 3's default) and v4 (v3 without the shared-memory staging of x) next to the
-          // default (v3), each validated first.
-          for (int v : {1, 4}) {
+          // v1 (session 3's default), v4 (v3 without the shared-memory staging of x) and v5 (v3 with one
+          // tile per block) next to the default (v3), each validated first.
+          for (int v : {1, 4, 5}) {
             qgemv_set_version(v);
             y.poison();
             qgemv(x.data(), views[0], nullptr, y.data(), OutMode::store_bf16, m, nullptr);

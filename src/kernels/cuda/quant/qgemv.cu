@@ -351,7 +351,7 @@ void launch_async(const bf16* x, const QWeight& w, const bf16* bias, void* y, Ou
 }
 
 // 0: default (v3, qgemv_v3.cu), 1: v1 registers, 2: v1's cp.async ring, 3: v3, 4: v3 with x from L2
-// and the all-ones x sums (qgemv_set_version, the lab). v2 measured slower than v1 on every shape
+// and the all-ones x sums, 5: v3 with one tile per block (qgemv_set_version, the lab). v2 measured slower than v1 on every shape
 // (H200 run 3: int4 gate_up 44.0 vs 32.7 us, down 31.0 vs 21.8 us); its cp.async requests lacked the
 // .L2::256B fetch of v1's loads and its activation loads sat behind the wait on the ring.
 int g_version = 0;
@@ -377,7 +377,7 @@ void dispatch(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMod
 }  // namespace
 
 bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
-              cudaStream_t stream);  // qgemv_v3.cu
+              bool persist, cudaStream_t stream);  // qgemv_v3.cu
 
 void qgemv_set_version(int version) { g_version = version; }
 
@@ -386,7 +386,8 @@ void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode m
   KILN_CUDA_REQUIRE(w.format == QuantFormat::int8 || w.format == QuantFormat::int4, "qgemv: int8 or int4 weights");
   KILN_CUDA_REQUIRE(qweight_packable(w.format, w.cols, w.group), "qgemv: shape not in the packed layout");
   if (w.rows == 0) return;
-  if ((g_version == 0 || g_version >= 3) && qgemv_v3(x, w, bias, y, mode, int(M), g_version != 4, stream)) {
+  if ((g_version == 0 || g_version >= 3) &&
+      qgemv_v3(x, w, bias, y, mode, int(M), g_version != 4, g_version != 5, stream)) {
     // v3 ran
   } else if (w.format == QuantFormat::int4)
     dispatch<QuantFormat::int4>(x, w, bias, y, mode, int(M), stream);

@@ -131,7 +131,7 @@ template <QuantFormat F, int SM, int NT, int D, bool XS>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     const bf16* __restrict__ bias, void* __restrict__ y, OutMode mode, int m_actual, int64_t N,
-                    int64_t K, int64_t group, int shift) {
+                    int64_t K, int64_t group, int shift, int tiles_per_block) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -140,39 +140,51 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   __shared__ float red[kV3MaxWarps][16][8 * NT + 1];
   const int W = blockDim.x / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t row0 = int64_t(blockIdx.x) * 16;
   const int n_sc = int(K / KS), groups = int(K / group);
   const int64_t row_bytes = F == QuantFormat::int4 ? K / 2 : K;
-  const int64_t r_lo = imin64(row0 + g, N - 1), r_hi = imin64(row0 + g + 8, N - 1);
-  // This warp's super-chunks: [sc0, sc1), contiguous (its own 256-byte L2 fetches per row).
+  // This block's 16-row tiles [tile0, tile1): the stream below runs through them without draining
+  // (the first requests of tile i + 1 are in flight while tile i is finished).
+  const int n_tiles = int((N + 15) / 16);
+  const int tile0 = blockIdx.x * tiles_per_block, tile1 = min(tile0 + tiles_per_block, n_tiles);
+  // This warp's super-chunks of every tile: [sc0, sc1), contiguous (its own 256-byte L2 fetches).
   const int sc0 = int(int64_t(warp) * n_sc / W), sc1 = int(int64_t(warp + 1) * n_sc / W);
-  const uint4* w_lo = reinterpret_cast<const uint4*>(wq + r_lo * row_bytes) + t;
-  const uint4* w_hi = reinterpret_cast<const uint4*>(wq + r_hi * row_bytes) + t;
-  const float2* s_lo = scales + r_lo * groups + (G32 ? t % Fm::NG : 0);
-  const float2* s_hi = scales + r_hi * groups + (G32 ? t % Fm::NG : 0);
+  const int nw = sc1 - sc0, total_items = nw * (tile1 - tile0);
 
-  // The ring: super-chunk sc0 + i sits in slot i % D until processed.
+  // The ring: item i (tile tile0 + i / nw, super-chunk sc0 + i % nw) sits in slot i % D until processed.
   uint4 ring_lo[D], ring_hi[D];
-  float2 ring_slo[SM == kRow ? 1 : D], ring_shi[SM == kRow ? 1 : D];
-  // Requests super-chunk sc into slot d; p_lo / p_hi point at super-chunk sc - d (immediate offsets).
-  auto request = [&](int d, int sc, const uint4* p_lo, const uint4* p_hi) {
-    ring_lo[d] = ld_weight(p_lo + 4 * d);
-    ring_hi[d] = ld_weight(p_hi + 4 * d);
+  float2 ring_slo[D], ring_shi[D];
+  int rq_tile = tile0, rq_sc = sc0;  // the next item to request
+  const uint4 *rq_wlo, *rq_whi;
+  const float2 *rq_slo, *rq_shi;
+  auto rows_of = [&](int tile) {
+    const int64_t r_lo = imin64(int64_t(tile) * 16 + g, N - 1), r_hi = imin64(int64_t(tile) * 16 + g + 8, N - 1);
+    rq_wlo = reinterpret_cast<const uint4*>(wq + r_lo * row_bytes) + t;
+    rq_whi = reinterpret_cast<const uint4*>(wq + r_hi * row_bytes) + t;
+    rq_slo = scales + r_lo * groups + (G32 ? t % Fm::NG : 0);
+    rq_shi = scales + r_hi * groups + (G32 ? t % Fm::NG : 0);
+  };
+  rows_of(tile0);
+  auto request = [&](int d) {
+    ring_lo[d] = ld_weight(rq_wlo + 4 * rq_sc);
+    ring_hi[d] = ld_weight(rq_whi + 4 * rq_sc);
     if constexpr (SM == kG32) {
-      ring_slo[d] = __ldg(s_lo + Fm::NG * sc);
-      ring_shi[d] = __ldg(s_hi + Fm::NG * sc);
+      ring_slo[d] = __ldg(rq_slo + Fm::NG * rq_sc);
+      ring_shi[d] = __ldg(rq_shi + Fm::NG * rq_sc);
     } else if constexpr (SM == kShift) {
-      ring_slo[d] = __ldg(s_lo + (sc >> shift));
-      ring_shi[d] = __ldg(s_hi + (sc >> shift));
+      ring_slo[d] = __ldg(rq_slo + (rq_sc >> shift));
+      ring_shi[d] = __ldg(rq_shi + (rq_sc >> shift));
+    } else {
+      ring_slo[d] = __ldg(rq_slo);
+      ring_shi[d] = __ldg(rq_shi);
+    }
+    if (++rq_sc == sc1) {
+      rq_sc = sc0;
+      if (++rq_tile < tile1) rows_of(rq_tile);
     }
   };
-  if constexpr (SM == kRow) {
-    ring_slo[0] = __ldg(s_lo);
-    ring_shi[0] = __ldg(s_hi);
-  }
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (sc0 + d < sc1) request(d, sc0 + d, w_lo + 4 * sc0, w_hi + 4 * sc0);
+    if (d < total_items) request(d);
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
   const int row_chunks = int(K / 8);  // 16-byte pieces of an activation row
@@ -331,34 +343,46 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     }
   };
 
-  // The stream: process super-chunk sc from its slot, then request sc + D into the same slot (after
-  // the processing: the slot's registers are free again, no copies).
-  for (int base = sc0; base < sc1; base += D) {  // warp-uniform
-    const uint4* p_lo = w_lo + 4 * (base + D);
-    const uint4* p_hi = w_hi + 4 * (base + D);
+  // A tile's partials meet in shared memory (as gemv_stash / gemv_meet, W at run time); every warp
+  // calls this once per tile, in order (warps with no super-chunks too).
+  auto finish_tile = [&](int tile) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
+        acc[j][e] = 0.0f;
+      }
+    __syncthreads();
+    const int64_t row0 = int64_t(tile) * 16;
+    for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
+      const int r = i % 16, m = i / 16;
+      const int64_t n = row0 + r;
+      if (m >= m_actual || n >= N) continue;
+      float v = bias ? __bfloat162float(bias[n]) : 0.0f;
+      for (int q = 0; q < W; ++q) v += red[q][r][m];
+      store_out(y, mode, int64_t(m) * N + n, v);
+    }
+    __syncthreads();
+  };
+
+  // The stream: process item i from its slot, then request item i + D into the same slot (after the
+  // processing: the slot's registers are free again, no copies).
+  int pr_tile = tile0, pr_sc = sc0;
+  for (int base = 0; base < total_items; base += D) {  // warp-uniform
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      const int sc = base + d;
-      if (sc >= sc1) break;
-      process(ring_lo[d], ring_hi[d], ring_slo[SM == kRow ? 0 : d], ring_shi[SM == kRow ? 0 : d], sc);
-      if (sc + D < sc1) request(d, sc + D, p_lo, p_hi);
+      if (base + d >= total_items) break;
+      process(ring_lo[d], ring_hi[d], ring_slo[d], ring_shi[d], pr_sc);
+      if (base + d + D < total_items) request(d);
+      if (++pr_sc == sc1) {
+        pr_sc = sc0;
+        finish_tile(pr_tile++);
+      }
     }
   }
-
-  // The warps' partials meet in shared memory (as gemv_stash / gemv_meet, W at run time).
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
-  __syncthreads();
-  for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
-    const int r = i % 16, m = i / 16;
-    const int64_t n = row0 + r;
-    if (m >= m_actual || n >= N) continue;
-    float v = bias ? __bfloat162float(bias[n]) : 0.0f;
-    for (int q = 0; q < W; ++q) v += red[q][r][m];
-    store_out(y, mode, int64_t(m) * N + n, v);
-  }
+  if (nw == 0)
+    for (int tile = tile0; tile < tile1; ++tile) finish_tile(tile);
 }
 
 // Ring depth (registers: <= 128 for 16 warps per SM; ptxas -v). x from L2 (XS = 0) holds 2 more MMA
@@ -374,7 +398,7 @@ constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
 
 template <QuantFormat F, int SM, int NT, bool XS>
 void launch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, int warps,
-               int64_t smem, int shift, cudaStream_t stream) {
+               int64_t smem, int shift, int tiles_per_block, cudaStream_t stream) {
   constexpr int D = v3_depth<NT, XS>();
   auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS>;
   static bool configured = false;  // raise the dynamic shared-memory limit once per instantiation
@@ -382,49 +406,53 @@ void launch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMo
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBudget8)));
     configured = true;
   }
-  const int64_t blocks = (w.rows + 15) / 16;
+  const int64_t tiles = (w.rows + 15) / 16, blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
   kernel<<<unsigned(blocks), warps * 32, size_t(XS ? smem : 0), stream>>>(
       x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), bias, y, mode, m, w.rows,
-      w.cols, w.group, shift);
+      w.cols, w.group, shift, tiles_per_block);
 }
 
 template <QuantFormat F, int SM, int NT>
 void dispatch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
-                 int shift, cudaStream_t stream) {
+                 bool persist, int shift, cudaStream_t stream) {
   const int64_t blocks = (w.rows + 15) / 16, K = w.cols;
   const bool w8 = blocks <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
   constexpr int UNIT = SM == kG32 ? 32 : V3Format<F>::KS;
   const int64_t smem = (K / UNIT) * 8 * NT * 4 + int64_t(m) * v3_row_stride(K);
   const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
-  xs ? launch_v3<F, SM, NT, true>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, stream)
-     : launch_v3<F, SM, NT, false>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, stream);
+  // Tiles per block: at most one wave of blocks (4-warp blocks: 4 per SM; 8-warp: 2), so each block
+  // stages x once and its stream runs through several tiles; persist = false: one tile per block.
+  const int64_t slots = int64_t(gemv_sm_count()) * (w8 ? 2 : 4);
+  const int tpb = persist ? int((blocks + slots - 1) / slots) : 1;
+  xs ? launch_v3<F, SM, NT, true>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, tpb, stream)
+     : launch_v3<F, SM, NT, false>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, tpb, stream);
 }
 
 template <QuantFormat F, int SM>
-void by_rows(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs, int shift,
-             cudaStream_t stream) {
+void by_rows(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
+             bool persist, int shift, cudaStream_t stream) {
   if (m <= 8)
-    dispatch_v3<F, SM, 1>(x, w, bias, y, mode, m, allow_xs, shift, stream);
+    dispatch_v3<F, SM, 1>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
   else
-    dispatch_v3<F, SM, 2>(x, w, bias, y, mode, m, allow_xs, shift, stream);
+    dispatch_v3<F, SM, 2>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
 }
 
 template <QuantFormat F>
 bool by_scales(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
-               cudaStream_t stream) {
+               bool persist, cudaStream_t stream) {
   if (w.group == 32) {
-    by_rows<F, kG32>(x, w, bias, y, mode, m, allow_xs, 0, stream);
+    by_rows<F, kG32>(x, w, bias, y, mode, m, allow_xs, persist, 0, stream);
     return true;
   }
   if (w.group == w.cols) {
-    by_rows<F, kRow>(x, w, bias, y, mode, m, allow_xs, 0, stream);
+    by_rows<F, kRow>(x, w, bias, y, mode, m, allow_xs, persist, 0, stream);
     return true;
   }
   const int64_t per = w.group / V3Format<F>::KS;  // super-chunks per group (qweight_packable: whole)
   if ((per & (per - 1)) != 0) return false;
   int shift = 0;
   while ((int64_t(1) << shift) < per) ++shift;
-  by_rows<F, kShift>(x, w, bias, y, mode, m, allow_xs, shift, stream);
+  by_rows<F, kShift>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
   return true;
 }
 
@@ -434,9 +462,10 @@ bool by_scales(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMo
 // 32, K, nor a power-of-two number of super-chunks (qgemv runs v1 then). allow_xs = false: x from L2
 // and the all-ones x sums (version 4: the lab's evidence of what the staging buys).
 bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
-              cudaStream_t stream) {
-  if (w.format == QuantFormat::int4) return by_scales<QuantFormat::int4>(x, w, bias, y, mode, m, allow_xs, stream);
-  return by_scales<QuantFormat::int8>(x, w, bias, y, mode, m, allow_xs, stream);
+              bool persist, cudaStream_t stream) {
+  if (w.format == QuantFormat::int4)
+    return by_scales<QuantFormat::int4>(x, w, bias, y, mode, m, allow_xs, persist, stream);
+  return by_scales<QuantFormat::int8>(x, w, bias, y, mode, m, allow_xs, persist, stream);
 }
 
 }  // namespace kiln::cuda

@@ -92,7 +92,8 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
 // int8 / int4, 1 <= M <= 16. qgemv_set_version: 0 = default (v3), 1 = v1 (a step of weights in
 // registers), 2 = v1 through a cp.async ring (slower: kept as evidence), 3 = v3 (a continuous ring of
 // weight requests per warp, x and its group sums staged in shared memory, qgemv_v3.cu), 4 = v3 with
-// x read from L2 and sum(x) by all-ones MMAs (what v3 does when x does not fit shared memory);
+// x read from L2 and sum(x) by all-ones MMAs (what v3 does when x does not fit shared memory),
+// 5 = v3 with one 16-row tile per block (v3 runs several per block, at most one wave of blocks);
 // process-wide, for the kernel lab and tests.
 void qgemv_set_version(int version);
 void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int64_t M, cudaStream_t stream);
