@@ -2,9 +2,10 @@
 // then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
-//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--gemm]
+//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
-//    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS;
+//    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS; --decode: those
+//    at M = 1 and 16 only; --gemv: only the bf16 decode GEMVs, M = 1..16, every version;
 //    --gemm: only the batched-decode GEMMs at M = 64..256 and the prefill GEMM versions 4.. at
 //    M = 512 / 2048 / 4096, with a summary table last)
 #include <algorithm>
@@ -38,6 +39,7 @@ constexpr int64_t kRotateBytes = 256ll << 20;  // > 4x the L2
 
 bool g_quick = false;
 int g_gemm_first_version = 1;  // --gemm: 4 (the mma.sync v1-v3 were measured in earlier runs)
+bool g_decode_only = false;    // --decode: the quantized products at M = 1 and 16 only (no prefill)
 nlohmann::json g_results = nlohmann::json::array();
 
 // Median of `reps` timings of fn(rep) after `warmup` untimed calls.
@@ -480,7 +482,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
                       {QuantFormat::int4, 32, "int4-g32"},
                       {QuantFormat::fp8, 0, "fp8"}};
   const std::vector<int64_t> decode_ms = g_quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 16};
-  const std::vector<int64_t> prefill_ms = g_quick ? std::vector<int64_t>{} : std::vector<int64_t>{2048};
+  const std::vector<int64_t> prefill_ms = g_quick || g_decode_only ? std::vector<int64_t>{} : std::vector<int64_t>{2048};
   for (const MatShape& s : kShapes) {
     const int64_t mmax = 2048;
     DeviceBuffer<bf16> x(size_t(mmax * s.k)), y(size_t(mmax * s.n)), yref(size_t(mmax * s.n)), wdq(size_t(s.n * s.k));
@@ -545,9 +547,20 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
           t = time_ms([&](int i) { fp8_gemv(xq.data(), xs.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
           cost.bytes += double(m * s.k) * (1.0 - 2.0);  // reads e4m3 activations, not bf16
         } else {
-          qgemv_set_version(2);  // v2: the cp.async ring (slower, kept as evidence); the default (v1) below
-          t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
-          record("qgemv", shape, std::string(f.label) + "-v2", t, cost.bytes, cost.flops, copy_gbs, err);
+          // v1 (session 3's default), v4 (v3 without the shared-memory staging of x) and v5 (v3 with one
+          // tile per block) next to the default (v3), each validated first.
+          for (int v : {1, 4, 5}) {
+            qgemv_set_version(v);
+            y.poison();
+            qgemv(x.data(), views[0], nullptr, y.data(), OutMode::store_bf16, m, nullptr);
+            cuda_synchronize();
+            std::vector<float> gv = to_float(y);
+            gv.resize(size_t(m * s.n));
+            const double ev = rel_error(gv, ref);
+            if (!(ev < tol)) std::printf("VALIDATION FAILED: %s-v%d %s err %.3e\n", f.label, v, shape.c_str(), ev);
+            t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
+            record("qgemv", shape, std::string(f.label) + "-v" + std::to_string(v), t, cost.bytes, cost.flops, copy_gbs, ev);
+          }
           qgemv_set_version(0);
           t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
         }
@@ -589,11 +602,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--skinny")) skinny_only = true;
     else if (!std::strcmp(argv[i], "--attention")) attention_only = true;
     else if (!std::strcmp(argv[i], "--quant")) quant_only = true;
+    else if (!std::strcmp(argv[i], "--decode")) quant_only = g_decode_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
     else if (!std::strcmp(argv[i], "--gemm")) gemm_only = true;
     else {
-      std::fprintf(stderr,
-                   "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--gemv] [--gemm]\n");
+      std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
+                           "[--gemv] [--gemm]\n");
       return 2;
     }
   }

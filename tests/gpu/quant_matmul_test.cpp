@@ -85,18 +85,22 @@ void check(const Case& c, OutMode mode, bool bias, uint32_t seed) {
 
 // Every M the GEMV takes, odd N (not a multiple of the 16-row tile; 4500 takes the 4-warp blocks on
 // an H200), K from one super-chunk to many, both group sizes of each integer format.
-// Both int8/int4 GEMV versions (v1 registers, v2 cp.async ring; qmatmul.h).
+// Every int8/int4 GEMV version (v1 registers, v2 cp.async ring, v3 the default, v4 = v3 with x from
+// L2, v5 = v3 with one tile per block; qmatmul.h). N = 129 at K = 4096 stages x for M <= 8 in 8-warp blocks; group 256 / 128 take
+// v3's shifted group index, group 192 (3 super-chunks) falls back to v1.
 TEST(GpuQuant, GemvEveryRowCount) {
   KILN_REQUIRE_GPU();
   uint32_t seed = 100;
-  for (int version : {1, 2}) {
+  for (int version : {1, 2, 3, 4, 5}) {
   cuda::qgemv_set_version(version);
   SCOPED_TRACE(testing::Message() << "qgemv v" << version);
   for (int64_t m : {1, 2, 3, 7, 8, 9, 15, 16})
     for (Case c : {Case{QuantFormat::int8, m, 37, 256, 256}, Case{QuantFormat::int8, m, 300, 1152, 32},
                    Case{QuantFormat::int8, m, 4500, 64, 64}, Case{QuantFormat::int4, m, 37, 256, 128},
                    Case{QuantFormat::int4, m, 300, 1152, 32}, Case{QuantFormat::int4, m, 4500, 128, 128},
-                   Case{QuantFormat::int4, m, 129, 4096, 128}, Case{QuantFormat::fp8, m, 37, 272, 272},
+                   Case{QuantFormat::int4, m, 129, 4096, 128}, Case{QuantFormat::int4, m, 45, 1024, 256},
+                   Case{QuantFormat::int8, m, 45, 1024, 128}, Case{QuantFormat::int8, m, 21, 576, 192},
+                   Case{QuantFormat::int8, m, 129, 2048, 2048}, Case{QuantFormat::fp8, m, 37, 272, 272},
                    Case{QuantFormat::fp8, m, 4500, 64, 64}, Case{QuantFormat::fp8, m, 129, 4096, 4096}})
       for (OutMode mode : kModes) check(c, mode, (m + int(mode)) % 2 == 0, seed++);
   }

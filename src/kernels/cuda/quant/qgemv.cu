@@ -350,15 +350,16 @@ void launch_async(const bf16* x, const QWeight& w, const bf16* bias, void* y, Ou
   kernel<<<unsigned(blocks), W * 32, smem, stream>>>(x, q, sc, bias, y, mode, m, w.rows, w.cols, w.group);
 }
 
-// 0: default (v1), 1: registers, 2: cp.async ring (qgemv_set_version, the lab). v2 measured slower
-// than v1 on every shape (H200 run 3: int4 gate_up 44.0 vs 32.7 us, down 31.0 vs 21.8 us), so the
-// stream is not short of bytes in flight: the per-warp compute between loads is the limit.
+// 0: default (v3, qgemv_v3.cu), 1: v1 registers, 2: v1's cp.async ring, 3: v3, 4: v3 with x from L2
+// and the all-ones x sums, 5: v3 with one tile per block (qgemv_set_version, the lab). v2 measured slower than v1 on every shape
+// (H200 run 3: int4 gate_up 44.0 vs 32.7 us, down 31.0 vs 21.8 us); its cp.async requests lacked the
+// .L2::256B fetch of v1's loads and its activation loads sat behind the wait on the ring.
 int g_version = 0;
 
 template <QuantFormat F>
 void dispatch(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, cudaStream_t stream) {
   const bool g32 = w.group == 32;
-  if (g_version != 2) {
+  if (g_version == 1) {
     if (m <= 8)
       g32 ? launch<F, true, 1>(x, w, bias, y, mode, m, stream) : launch<F, false, 1>(x, w, bias, y, mode, m, stream);
     else
@@ -375,6 +376,9 @@ void dispatch(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMod
 
 }  // namespace
 
+bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
+              bool persist, cudaStream_t stream);  // qgemv_v3.cu
+
 void qgemv_set_version(int version) { g_version = version; }
 
 void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int64_t M, cudaStream_t stream) {
@@ -382,7 +386,10 @@ void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode m
   KILN_CUDA_REQUIRE(w.format == QuantFormat::int8 || w.format == QuantFormat::int4, "qgemv: int8 or int4 weights");
   KILN_CUDA_REQUIRE(qweight_packable(w.format, w.cols, w.group), "qgemv: shape not in the packed layout");
   if (w.rows == 0) return;
-  if (w.format == QuantFormat::int4)
+  if ((g_version == 0 || g_version >= 3) &&
+      qgemv_v3(x, w, bias, y, mode, int(M), g_version != 4, g_version != 5, stream)) {
+    // v3 ran
+  } else if (w.format == QuantFormat::int4)
     dispatch<QuantFormat::int4>(x, w, bias, y, mode, int(M), stream);
   else
     dispatch<QuantFormat::int8>(x, w, bias, y, mode, int(M), stream);

@@ -3,10 +3,12 @@
 // y written per OutMode. What runs, by format and M (qmatmul picks):
 //
 //   int8 / int4 (weight-only, W8A16 / W4A16):
-//     M <= 16:  qgemv (qgemv.cu): the bf16 GEMV v2 structure (16 weight rows per block, K split over
-//               warps, 16-byte weight loads straight into mma.sync fragments), dequantization fused:
-//               the bits become exact small integers in bf16 with one LOP3 per two values, the MMA
-//               sums them against x, and the scale and min are applied per group in fp32.
+//     M <= 16:  qgemv (qgemv.cu dispatches; the default is qgemv_v3.cu): 16-row weight tiles, each
+//               warp streaming a contiguous range of 16-byte pieces straight into mma.sync fragments
+//               with 4 super-chunks in flight, dequantization fused: the bits become exact small
+//               integers in bf16 with one LOP3 per two values, the MMA sums them against x (staged
+//               in shared memory with its per-group sums), and the scale and min are applied per
+//               group in fp32.
 //     M <= 64:  qgemv over 16-row slices of x (W is read ceil(M / 16) times; still fewer bytes than
 //               one pass over a bf16 copy of W for int4 up to M = 64).
 //     M > 64:   dequantize W into a bf16 scratch matrix (dequant.cu), then the bf16 matmul (wgmma
@@ -89,8 +91,12 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
              cudaStream_t stream, MatmulWorkspace ws = {}, const QScratch& scratch = {});
 
 // ---- the kernels, for tests and the kernel lab ----
-// int8 / int4, 1 <= M <= 16. qgemv_set_version: 0 = default (v1), 1 = weights in registers (v1),
-// 2 = cp.async ring (v2, slower: kept as evidence); process-wide, for the kernel lab and tests.
+// int8 / int4, 1 <= M <= 16. qgemv_set_version: 0 = default (v3), 1 = v1 (a step of weights in
+// registers), 2 = v1 through a cp.async ring (slower: kept as evidence), 3 = v3 (a continuous ring of
+// weight requests per warp, x and its group sums staged in shared memory, qgemv_v3.cu), 4 = v3 with
+// x read from L2 and sum(x) by all-ones MMAs (what v3 does when x does not fit shared memory),
+// 5 = v3 with one 16-row tile per block (v3 runs several per block, at most one wave of blocks);
+// process-wide, for the kernel lab and tests.
 void qgemv_set_version(int version);
 void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int64_t M, cudaStream_t stream);
 // W -> bf16 (rows, cols) row-major: value = q * scale + min rounded to bf16 (int8/int4/fp8).

@@ -1,0 +1,478 @@
+// Decode GEMV with int8 / int4 weights, v3 (the default; qgemv.cu keeps v1 / v2 and dispatches):
+// a continuous weight stream per warp and the activations staged in shared memory.
+//
+// Why (H200 session 3): v1 reached 52-54% of copy on gate_up while bf16 v2 and fp8 reach 78-93%. v1
+// loads a step of U super-chunks (int4: 4 KB per warp), then processes them one after the other,
+// each super-chunk first fetching its activations from L2 (an L2 round trip per super-chunk on the
+// critical path) and running 16 MMAs (8 of them the all-ones x-sum) in dependent chains; the next
+// step's loads wait for all of that. Per warp, bytes per round trip were half of bf16 v2's (8 KB per
+// step, activations loaded with the weights) and the round trip was longer.
+//
+// v3, per warp: a contiguous range of super-chunks of the block's 16 rows; a ring of D super-chunks
+// (weights and their scales) in registers: super-chunk i + D is requested before super-chunk i is
+// processed, so D super-chunks stay in flight through the compute. Per block, before the loop
+// (and after the warps' first D requests): x is copied into shared memory (rows < M, padded so the
+// quad loads are conflict-free) and sum(x) per fold unit (a group of 32, else a super-chunk) is
+// computed once into shared memory, so the all-ones MMAs and their chains are gone (int4: 8 MMAs
+// per super-chunk and lane pair of rows instead of 16). Each fold unit's MMAs start from zero
+// accumulators (no clearing) and fold into the fp32 result as scale * sum((off + q) x) + min' * sum(x),
+// the numerics of v1 (only the fp32 summation order differs).
+// When x does not fit the block's shared-memory budget (M x K large: M > 8 at K = 4096 on the
+// Llama shapes), x comes from L2 per super-chunk and sum(x) from the all-ones MMA as in v1 (XS = 0;
+// `qgemv_set_version(4)` forces it, for the lab and the tests).
+//
+// Instruction budget (per warp and super-chunk of 16 rows = 1 KB of weights for int4 and int8, M <= 8):
+//   int4: 2 weight LDG.128, 4 LDS.128 (x), 56 SHF/LOP3, 8 MMAs (2 chains of 4), 1 LDS.64 (x sums),
+//         ~12 FP (fold), ring moves and address math: ~95 instructions;
+//   int8: 2 LDG.128, 2 LDS.128, 56 SHF/LOP3, 8 MMAs, ~12 FP: ~90.
+// At 4 TB/s an SM consumes ~15 weight bytes per clock, a super-chunk per ~67 clocks; 4 schedulers
+// issue ~270 instructions in that time, so the stream needs ~35% of the issue slots: not the limit
+// if D super-chunks in flight cover the memory latency (16 warps x D KB per SM; D = 4: 64 KB).
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemv_reduce.cuh"
+#include "kernels/cuda/mma_frag.cuh"
+#include "kernels/cuda/quant/qmatmul.h"
+
+namespace kiln::cuda {
+namespace {
+
+using namespace qk;
+
+// d = A . B (zero accumulator: ptxas passes RZ, no clearing instructions).
+__device__ __forceinline__ void mma_bf16_z(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                           uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+template <bool First>
+__device__ __forceinline__ void mma_acc(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+  if constexpr (First)
+    mma_bf16_z(c, a0, a1, a2, a3, b0, b1);
+  else
+    mma_bf16(c, a0, a1, a2, a3, b0, b1);
+}
+
+// ((w >> kShift) & 0x000F000F) | kBase in one LOP3 (+ one SHF): written as C, the compiler emits two
+// LOP3s (one immediate per LOP3), 11 instructions per word instead of 7 (SASS of the first v3 build).
+template <int kShift, uint32_t kBase>
+__device__ __forceinline__ uint32_t pair(uint32_t w) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w >> kShift), "n"(0x000F000Fu), "n"(kBase));
+  return r;
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 lds64f(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
+template <QuantFormat F>
+struct V3Format;
+template <>
+struct V3Format<QuantFormat::int4> {
+  static constexpr int KS = 128;  // k per super-chunk
+  static constexpr int XL = 4;    // 16-byte activation pieces per super-chunk and lane
+  static constexpr int NG = 4;    // groups of 32 per super-chunk
+};
+template <>
+struct V3Format<QuantFormat::int8> {
+  static constexpr int KS = 64;
+  static constexpr int XL = 2;
+  static constexpr int NG = 2;
+};
+
+// Where a super-chunk's scales come from (one float2 {scale, min'} per row and lane):
+//   kG32:   groups of 32: lane t holds group t % NG of the super-chunk, the quad's other lanes get it
+//           by shuffles at the fold (4 registers per ring slot instead of 4 NG);
+//   kShift: group = KS << shift: group index sc >> shift;
+//   kRow:   one group per row (group = K): loaded once.
+enum ScaleMode { kG32 = 0, kShift = 1, kRow = 2 };
+
+// Lane (g, t)'s float2 from lane (g, u) of its quad.
+__device__ __forceinline__ float2 quad_shfl(float2 v, int u) {
+  const int src = (threadIdx.x & 28) | u;
+  return make_float2(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src));
+}
+
+// acc += scale * (q0 + q1) + min' * xsum per accumulator element (rows g / g + 8: s_lo / s_hi;
+// activation rows 2t, 2t + 1 of the n-tile: xs.x / xs.y).
+__device__ __forceinline__ void fold4(float (&acc)[4], const float (&q0)[4], const float (&q1)[4], float2 s_lo,
+                                      float2 s_hi, float2 xs) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 sc = e < 2 ? s_lo : s_hi;
+    acc[e] = fmaf(sc.x, q0[e] + q1[e], fmaf(sc.y, (e & 1) ? xs.y : xs.x, acc[e]));
+  }
+}
+
+// Shared memory of a block (dynamic): sum(x) per (fold unit, activation row 0 .. 8 NT - 1), then
+// (XS) the activation rows < M, each 2K + 64 bytes (the 64-byte pad puts rows g and g + 1 on
+// different banks for the quads' 16-byte loads).
+__host__ __device__ constexpr int64_t v3_row_stride(int64_t K) { return 2 * K + 64; }
+
+constexpr int kV3MaxWarps = 8;
+
+// NT n-tiles of 8 activation rows; D super-chunks in flight per warp; XS: x staged in shared memory.
+// Blocks of 4 or 8 warps (blockDim.x), K split over them.
+template <QuantFormat F, int SM, int NT, int D, bool XS>
+__global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
+    qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
+                    const bf16* __restrict__ bias, void* __restrict__ y, OutMode mode, int m_actual, int64_t N,
+                    int64_t K, int64_t group, int shift, int tiles_per_block) {
+  using Fm = V3Format<F>;
+  constexpr int KS = Fm::KS;
+  constexpr bool G32 = SM == kG32;
+  constexpr int UNIT = G32 ? 32 : KS;  // k per fold (and per x sum)
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float red[kV3MaxWarps][16][8 * NT + 1];
+  const int W = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n_sc = int(K / KS), groups = int(K / group);
+  const int64_t row_bytes = F == QuantFormat::int4 ? K / 2 : K;
+  // This block's 16-row tiles [tile0, tile1): the stream below runs through them without draining
+  // (the first requests of tile i + 1 are in flight while tile i is finished).
+  const int n_tiles = int((N + 15) / 16);
+  const int tile0 = blockIdx.x * tiles_per_block, tile1 = min(tile0 + tiles_per_block, n_tiles);
+  // This warp's super-chunks of every tile: [sc0, sc1), contiguous (its own 256-byte L2 fetches).
+  const int sc0 = int(int64_t(warp) * n_sc / W), sc1 = int(int64_t(warp + 1) * n_sc / W);
+  const int nw = sc1 - sc0, total_items = nw * (tile1 - tile0);
+
+  // The ring: item i (tile tile0 + i / nw, super-chunk sc0 + i % nw) sits in slot i % D until processed.
+  uint4 ring_lo[D], ring_hi[D];
+  float2 ring_slo[D], ring_shi[D];
+  int rq_tile = tile0, rq_sc = sc0;  // the next item to request
+  const uint4 *rq_wlo, *rq_whi;
+  const float2 *rq_slo, *rq_shi;
+  auto rows_of = [&](int tile) {
+    const int64_t r_lo = imin64(int64_t(tile) * 16 + g, N - 1), r_hi = imin64(int64_t(tile) * 16 + g + 8, N - 1);
+    rq_wlo = reinterpret_cast<const uint4*>(wq + r_lo * row_bytes) + t;
+    rq_whi = reinterpret_cast<const uint4*>(wq + r_hi * row_bytes) + t;
+    rq_slo = scales + r_lo * groups + (G32 ? t % Fm::NG : 0);
+    rq_shi = scales + r_hi * groups + (G32 ? t % Fm::NG : 0);
+  };
+  rows_of(tile0);
+  // kRow with one tile: the rows' scales once (re-loading them per super-chunk cost int8 per channel
+  // 8% on gate_up: H200 run 2 of session 4).
+  const bool row_once = SM == kRow && tile1 - tile0 == 1;
+  const float2 once_lo = row_once ? __ldg(rq_slo) : make_float2(0.0f, 0.0f);
+  const float2 once_hi = row_once ? __ldg(rq_shi) : make_float2(0.0f, 0.0f);
+  auto request = [&](int d) {
+    ring_lo[d] = ld_weight(rq_wlo + 4 * rq_sc);
+    ring_hi[d] = ld_weight(rq_whi + 4 * rq_sc);
+    if constexpr (SM == kG32) {
+      ring_slo[d] = __ldg(rq_slo + Fm::NG * rq_sc);
+      ring_shi[d] = __ldg(rq_shi + Fm::NG * rq_sc);
+    } else if constexpr (SM == kShift) {
+      ring_slo[d] = __ldg(rq_slo + (rq_sc >> shift));
+      ring_shi[d] = __ldg(rq_shi + (rq_sc >> shift));
+    } else if (tile1 - tile0 > 1) {  // kRow over several tiles (one tile: loaded once, below)
+      ring_slo[d] = __ldg(rq_slo);
+      ring_shi[d] = __ldg(rq_shi);
+    }
+    if (++rq_sc == sc1) {
+      rq_sc = sc0;
+      if (++rq_tile < tile1) rows_of(rq_tile);
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (d < total_items) request(d);
+
+  // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
+  const int row_chunks = int(K / 8);  // 16-byte pieces of an activation row
+  const int total = m_actual * row_chunks;
+  const uint32_t xs_base = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t x_base = xs_base + uint32_t(K / UNIT) * 8 * NT * 4;
+  if constexpr (XS) {
+    constexpr int R = 4;           // pieces per lane in flight
+    constexpr int CPU = UNIT / 8;  // lanes per fold unit (4, 8 or 16): aligned within a warp
+    float* xsum = reinterpret_cast<float*>(smem);
+    for (int b0 = warp * 32; b0 < total; b0 += R * W * 32) {  // warp-uniform
+      uint4 v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = b0 + r * W * 32 + lane;
+        v[r] = i < total ? __ldg(reinterpret_cast<const uint4*>(x) + i) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = b0 + r * W * 32 + lane;
+        float f[8];
+        unpack8(v[r], f);
+        float s = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+#pragma unroll
+        for (int o = 1; o < CPU; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (i < total) {
+          const int m = i / row_chunks, c = i - m * row_chunks;
+          *reinterpret_cast<uint4*>(smem + (x_base - xs_base) + int64_t(m) * v3_row_stride(K) + 16 * c) = v[r];
+          if (lane % CPU == 0) xsum[(c / CPU) * 8 * NT + m] = s;
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Activation row 8n + g of lane (g, t); lanes past M read row 0 instead of zeros (no predicates):
+  // they feed only output columns >= M, which are never stored.
+  const bf16* xr[NT];
+  uint32_t xrow[NT];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const int m = 8 * n + g < m_actual ? 8 * n + g : 0;
+    xr[n] = x + int64_t(m) * K + 8 * t;
+    xrow[n] = x_base + uint32_t(m * v3_row_stride(K)) + 16 * t;
+  }
+  const uint32_t xs_lane = xs_base + 4 * (2 * t);
+  float acc[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+
+  // One super-chunk: a_lo / a_hi (rows g / g + 8), its scales, k0 = KS sc.
+  auto process = [&](const uint4& a_lo, const uint4& a_hi, float2 sl, float2 sh, int sc) {
+    const int k0 = sc * KS;
+    uint4 b[NT][Fm::XL];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < Fm::XL; ++i) {
+        if constexpr (XS)
+          b[n][i] = lds128(xrow[n] + uint32_t(2 * k0 + 64 * i));
+        else
+          b[n][i] = __ldg(reinterpret_cast<const uint4*>(xr[n] + k0 + 32 * i));
+      }
+    float2 xsv[NT][G32 ? Fm::NG : 1];  // x sums of the fold units, activation rows 8n + 2t, + 1
+    if constexpr (XS) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < (G32 ? Fm::NG : 1); ++u)
+          xsv[n][u] = lds64f(xs_lane + uint32_t(((sc * (KS / UNIT) + u) * 8 * NT + 8 * n) * 4));
+    }
+    float q[2][NT][4], xs[2][NT][4];  // two MMA chains of sum((off + q) x), (XS = 0) two of sum(x)
+    auto fold = [&](int u) {  // fold unit u of the super-chunk
+      const float2 fl = G32 ? quad_shfl(sl, u) : sl, fh = G32 ? quad_shfl(sh, u) : sh;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        if constexpr (XS) {
+          fold4(acc[n], q[0][n], q[1][n], fl, fh, xsv[n][G32 ? u : 0]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 sc2 = e < 2 ? fl : fh;
+            acc[n][e] = fmaf(sc2.x, q[0][n][e] + q[1][n][e], fmaf(sc2.y, xs[0][n][e] + xs[1][n][e], acc[n][e]));
+          }
+        }
+      }
+    };
+    if constexpr (F == QuantFormat::int4) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // word j: 32-wide group j of the super-chunk
+        const uint32_t wl = word(a_lo, j), wh = word(a_hi, j);
+        const uint32_t l0 = pair<0, 0x43004300u>(wl), l1 = pair<4, 0x43004300u>(wl), l2 = pair<8, 0x43004300u>(wl),
+                       l3 = pair<12, 0x43004300u>(wl);
+        const uint32_t h0 = pair<0, 0x43004300u>(wh), h1 = pair<4, 0x43004300u>(wh), h2 = pair<8, 0x43004300u>(wh),
+                       h3 = pair<12, 0x43004300u>(wh);
+        const bool first = G32 || j == 0;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const uint4& xv = b[n][j];
+          if (first) {
+            mma_acc<true>(q[0][n], l0, h0, l1, h1, xv.x, xv.y);
+            mma_acc<true>(q[1][n], l2, h2, l3, h3, xv.z, xv.w);
+            if constexpr (!XS) {
+              mma_acc<true>(xs[0][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, xv.x, xv.y);
+              mma_acc<true>(xs[1][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, xv.z, xv.w);
+            }
+          } else {
+            mma_acc<false>(q[0][n], l0, h0, l1, h1, xv.x, xv.y);
+            mma_acc<false>(q[1][n], l2, h2, l3, h3, xv.z, xv.w);
+            if constexpr (!XS) {
+              mma_acc<false>(xs[0][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, xv.x, xv.y);
+              mma_acc<false>(xs[1][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, xv.z, xv.w);
+            }
+          }
+        }
+        if (G32) fold(j);
+      }
+      if (!G32) fold(0);
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // word pairs (2h, 2h + 1): 32-wide group h
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const uint32_t wl = word(a_lo, 2 * h + jj), wh = word(a_hi, 2 * h + jj);
+          const uint32_t lo02 = pair<0, 0x43004300u>(wl), hi02 = pair<4, 0x45004500u>(wl),
+                         lo13 = pair<8, 0x43004300u>(wl), hi13 = pair<12, 0x45004500u>(wl);
+          const uint32_t lo02h = pair<0, 0x43004300u>(wh), hi02h = pair<4, 0x45004500u>(wh),
+                         lo13h = pair<8, 0x43004300u>(wh), hi13h = pair<12, 0x45004500u>(wh);
+          const bool first = jj == 0 && (G32 || h == 0);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            const uint32_t b0 = jj == 0 ? b[n][h].x : b[n][h].z, b1 = jj == 0 ? b[n][h].y : b[n][h].w;
+            if (first) {
+              mma_acc<true>(q[0][n], lo02, lo02h, lo13, lo13h, b0, b1);
+              mma_acc<true>(q[1][n], hi02, hi02h, hi13, hi13h, b0, b1);
+              if constexpr (!XS) mma_acc<true>(xs[0][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, b0, b1);
+            } else {
+              mma_acc<false>(q[0][n], lo02, lo02h, lo13, lo13h, b0, b1);
+              mma_acc<false>(q[1][n], hi02, hi02h, hi13, hi13h, b0, b1);
+              if constexpr (!XS) {
+                if (jj == 0)
+                  mma_acc<false>(xs[0][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, b0, b1);
+                else if (G32 || h == 0)
+                  mma_acc<true>(xs[1][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, b0, b1);
+                else
+                  mma_acc<false>(xs[1][n], kBf16Ones, kBf16Ones, kBf16Ones, kBf16Ones, b0, b1);
+              }
+            }
+          }
+        }
+        if (G32) fold(h);
+      }
+      if (!G32) fold(0);
+    }
+  };
+
+  // A tile's partials meet in shared memory (as gemv_stash / gemv_meet, W at run time); every warp
+  // calls this once per tile, in order (warps with no super-chunks too).
+  auto finish_tile = [&](int tile) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
+        acc[j][e] = 0.0f;
+      }
+    __syncthreads();
+    const int64_t row0 = int64_t(tile) * 16;
+    for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
+      const int r = i % 16, m = i / 16;
+      const int64_t n = row0 + r;
+      if (m >= m_actual || n >= N) continue;
+      float v = bias ? __bfloat162float(bias[n]) : 0.0f;
+      for (int q = 0; q < W; ++q) v += red[q][r][m];
+      store_out(y, mode, int64_t(m) * N + n, v);
+    }
+    __syncthreads();
+  };
+
+  // The stream: process item i from its slot, then request item i + D into the same slot (after the
+  // processing: the slot's registers are free again, no copies).
+  int pr_tile = tile0, pr_sc = sc0;
+  for (int base = 0; base < total_items; base += D) {  // warp-uniform
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      if (base + d >= total_items) break;
+      process(ring_lo[d], ring_hi[d], row_once ? once_lo : ring_slo[d], row_once ? once_hi : ring_shi[d], pr_sc);
+      if (base + d + D < total_items) request(d);
+      if (++pr_sc == sc1) {
+        pr_sc = sc0;
+        finish_tile(pr_tile++);
+      }
+    }
+  }
+  if (nw == 0)
+    for (int tile = tile0; tile < tile1; ++tile) finish_tile(tile);
+}
+
+// Ring depth (registers: <= 128 for 16 warps per SM; ptxas -v). x from L2 (XS = 0) holds 2 more MMA
+// chains and its x pieces longer: one slot less.
+template <int NT, bool XS>
+constexpr int v3_depth() {
+  if (NT == 2) return 2;
+  return XS ? 4 : 3;
+}
+
+// Shared-memory budget of one block: a grid of 4-warp blocks wants 4 per SM, of 8-warp blocks 2.
+constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
+
+template <QuantFormat F, int SM, int NT, bool XS>
+void launch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, int warps,
+               int64_t smem, int shift, int tiles_per_block, cudaStream_t stream) {
+  constexpr int D = v3_depth<NT, XS>();
+  auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS>;
+  static bool configured = false;  // raise the dynamic shared-memory limit once per instantiation
+  if (XS && !configured) {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBudget8)));
+    configured = true;
+  }
+  const int64_t tiles = (w.rows + 15) / 16, blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
+  kernel<<<unsigned(blocks), warps * 32, size_t(XS ? smem : 0), stream>>>(
+      x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), bias, y, mode, m, w.rows,
+      w.cols, w.group, shift, tiles_per_block);
+}
+
+template <QuantFormat F, int SM, int NT>
+void dispatch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
+                 bool persist, int shift, cudaStream_t stream) {
+  const int64_t blocks = (w.rows + 15) / 16, K = w.cols;
+  const bool w8 = blocks <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
+  constexpr int UNIT = SM == kG32 ? 32 : V3Format<F>::KS;
+  const int64_t smem = (K / UNIT) * 8 * NT * 4 + int64_t(m) * v3_row_stride(K);
+  const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
+  // Tiles per block: at most one wave of blocks (4-warp blocks: 4 per SM; 8-warp: 2), so each block
+  // stages x once and its stream runs through several tiles; persist = false: one tile per block.
+  const int64_t slots = int64_t(gemv_sm_count()) * (w8 ? 2 : 4);
+  // int8/int4 with one group per row keep one tile per block (their scales loaded once; measured
+  // faster for int8 per channel); every other layout runs several.
+  const int tpb = persist && SM != kRow ? int((blocks + slots - 1) / slots) : 1;
+  xs ? launch_v3<F, SM, NT, true>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, tpb, stream)
+     : launch_v3<F, SM, NT, false>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, tpb, stream);
+}
+
+template <QuantFormat F, int SM>
+void by_rows(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
+             bool persist, int shift, cudaStream_t stream) {
+  if (m <= 8)
+    dispatch_v3<F, SM, 1>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
+  else
+    dispatch_v3<F, SM, 2>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
+}
+
+template <QuantFormat F>
+bool by_scales(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
+               bool persist, cudaStream_t stream) {
+  if (w.group == 32) {
+    by_rows<F, kG32>(x, w, bias, y, mode, m, allow_xs, persist, 0, stream);
+    return true;
+  }
+  if (w.group == w.cols) {
+    by_rows<F, kRow>(x, w, bias, y, mode, m, allow_xs, persist, 0, stream);
+    return true;
+  }
+  const int64_t per = w.group / V3Format<F>::KS;  // super-chunks per group (qweight_packable: whole)
+  if ((per & (per - 1)) != 0) return false;
+  int shift = 0;
+  while ((int64_t(1) << shift) < per) ++shift;
+  by_rows<F, kShift>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
+  return true;
+}
+
+}  // namespace
+
+// Called by qgemv (qgemv.cu) after its checks; false (nothing launched) for groups that are neither
+// 32, K, nor a power-of-two number of super-chunks (qgemv runs v1 then). allow_xs = false: x from L2
+// and the all-ones x sums (version 4: the lab's evidence of what the staging buys).
+bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
+              bool persist, cudaStream_t stream) {
+  if (w.format == QuantFormat::int4)
+    return by_scales<QuantFormat::int4>(x, w, bias, y, mode, m, allow_xs, persist, stream);
+  return by_scales<QuantFormat::int8>(x, w, bias, y, mode, m, allow_xs, persist, stream);
+}
+
+}  // namespace kiln::cuda
