@@ -180,30 +180,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     wgmma_wait<0>();
     fence_acc<ACC>(acc);
 
-    // Epilogue straight from registers: d[4j + e] is (row 16w + l/4 + 8(e>>1), col 8j + 2(l%4) + (e&1)).
-    const int w = tid / 32, l = tid % 32;
-    const int64_t r_base = m0 + c * 64 + w * 16 + l / 4;
-    const bool pairs = (N & 1) == 0;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int64_t col = n0 + j * 8 + 2 * (l % 4);
-      if (col >= N) continue;
-      const bool has_c1 = col + 1 < N;
-      const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f;
-      const float b1 = bias && has_c1 ? __bfloat162float(bias[col + 1]) : 0.0f;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t r = r_base + 8 * h;
-        if (r >= M) continue;
-        const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
-        if (pairs && has_c1) {
-          store_out2(y, mode, r * N + col, v0, v1);
-        } else {
-          store_out(y, mode, r * N + col, v0);
-          if (has_c1) store_out(y, mode, r * N + col + 1, v1);
-        }
-      }
-    }
+    // Epilogue straight from registers (epilogue.cuh).
+    store_acc_block<BN>(acc, tid, m0 + c * 64, n0, bias, y, mode, M, N);
   }
 #else
   __trap();  // not built for sm_90a: the host never launches this (gemm_wgmma_available)

@@ -122,36 +122,6 @@ __device__ __forceinline__ void wgmma_bn(float* d, uint64_t desc_a, uint64_t des
   }
 }
 
-// Stores one warpgroup's (64, BN) accumulator block whose first row is row0 (+ bias, per mode).
-// d[4j + e] is (row 16w + l/4 + 8(e>>1), col 8j + 2(l%4) + (e&1)), w = warp, l = lane (gemm_wgmma.cu).
-template <int BN>
-__device__ __forceinline__ void store_block(const float* d, int tid, int64_t row0, int64_t n0, const bf16* bias,
-                                            void* y, OutMode mode, int64_t M, int64_t N) {
-  const int w = tid / 32, l = tid % 32;
-  const int64_t r_base = row0 + w * 16 + l / 4;
-  const bool pairs = (N & 1) == 0;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int64_t col = n0 + j * 8 + 2 * (l % 4);
-    if (col >= N) continue;
-    const bool has_c1 = col + 1 < N;
-    const float b0 = bias ? __bfloat162float(bias[col]) : 0.0f;
-    const float b1 = bias && has_c1 ? __bfloat162float(bias[col + 1]) : 0.0f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = r_base + 8 * h;
-      if (r >= M) continue;
-      const float v0 = d[4 * j + 2 * h] + b0, v1 = d[4 * j + 2 * h + 1] + b1;
-      if (pairs && has_c1) {
-        store_out2(y, mode, r * N + col, v0, v1);
-      } else {
-        store_out(y, mode, r * N + col, v0);
-        if (has_c1) store_out(y, mode, r * N + col + 1, v1);
-      }
-    }
-  }
-}
-
 // The TMA-store epilogue of one consumer's (64, BN) block: bias added, rounded to bf16 and written
 // to its (64, BN) staging half as BN / 64 boxes of (64 rows, 64 columns), each row 128 bytes with the
 // 16-byte chunk q of row r at q ^ (r % 8) (the 128B swizzle the tensor map names: the 8 rows a warp
@@ -284,7 +254,7 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       } else {
 #pragma unroll
         for (int h = 0; h < MH; ++h)
-          store_block<BN>(acc + h * (BN / 2), tid, m0 + (C::PP ? h : c) * 64, n0, bias, y, mode, M, N);
+          store_acc_block<BN>(acc + h * (BN / 2), tid, m0 + (C::PP ? h : c) * 64, n0, bias, y, mode, M, N);
       }
     }
     // The last tile's boxes must be out of shared memory before the block exits.
