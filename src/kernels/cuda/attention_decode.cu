@@ -14,7 +14,10 @@
 // through shared memory. A sequence whose tiles all fall to one block is normalized and written by
 // it; otherwise the unnormalized partial output and (max, sum) go to the workspace and the combine
 // kernel (launched with programmatic dependent launch on sm_90, so its launch overlaps the split
-// kernel) merges the blocks that held data.
+// kernel) merges the blocks that held data. The split kernel is PDL-launched too (session 4): its
+// blocks issue the loads of their first older K/V tiles before griddepcontrol.wait, so they
+// overlap the tail of the kernel that wrote q and this step's K/V (the fused qkv GEMV triggers its
+// dependents at its start); q and the tile with the newest position load after the wait.
 // Measured (H200, kernel lab, 32/8 heads, d 128): b=1 L=32k 43.5 us (3084 GB/s of K/V; 40.6 us per
 // call in a run of 10), b=64 L=2k 132.5 us (4052 GB/s, at the copy ceiling); the tunings the lab
 // compares (stages 2/4, 2-4 waves of split blocks, no PDL, contiguous chunks) are all slower.
@@ -34,6 +37,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include <mutex>
@@ -262,14 +267,17 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
   const int kvh = blockIdx.y / head_groups, hg = blockIdx.y % head_groups;
   const int h0 = kvh * group + hg * kMmaRows;       // first query head of this block
   const int nh = min(kMmaRows, group - hg * kMmaRows);  // query heads in this block
-  pdl_launch_dependents();
+  // Launched with PDL (the split's prologue overlaps the kernel that wrote q and this step's K/V):
+  // before pdl_wait only what no kernel of this step writes is touched -- kv_len (host-written) and
+  // the K/V tiles of earlier positions; q and the tile holding position len - 1 come after it.
   const int len = kv_len[b];
   const DecodeSplit sp = decode_split(len, int(gridDim.x), split, interleave);
-  if (sp.n_tiles <= 0) return;  // past the end: nothing to read or write
+  if (sp.n_tiles <= 0) return;  // past the end: nothing to read or write (exiting counts as the trigger)
   const bool single = sp.used <= 1;
   const int n_tiles = sp.n_tiles;
   auto tile_pos = [&](int tile) { return sp.pos0 + tile * sp.step; };
   auto tile_keys = [&](int tile) { return min(kTileKv, sp.end - tile_pos(tile)); };
+  auto fresh = [&](int tile) { return tile_pos(tile) + tile_keys(tile) >= len; };  // holds position len - 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
 
   auto k_stage = [&](int st) { return stages + st * 2 * kTileKv * D; };
@@ -294,19 +302,31 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
     }
   };
 
+  // The first kStages - 1 tiles, one cp.async group each: the older ones now, ...
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_tiles && !fresh(st)) {
+      prefetch_ids(st);
+      load_kv(st, st);
+    }
+    cp_async_commit();
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  // ... then q and a fresh tile among them, as one more group; the prologue waits for all of them.
   const bf16* qb = q + (int64_t(b) * n_heads + h0) * d;
   load_tile_async<D, kMmaRows, kMmaThreads>(qs, nh, d, [&](int r) { return qb + r * d; }, q);
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    if (st < n_tiles) {
+    if (st < n_tiles && fresh(st)) {
       prefetch_ids(st);
       load_kv(st, st);
     }
-    cp_async_commit();  // group st (Q rides with group 0)
   }
+  cp_async_commit();
   prefetch_ids(kStages - 1);
 
-  cp_async_wait<kStages - 2>();  // group 0 (Q and tile 0) landed
+  cp_async_wait<0>();  // Q and the first kStages - 1 tiles landed
   __syncthreads();
   uint32_t qf[D / 16][4];
   load_q_frags<D>(qf, qs, 0);
@@ -483,9 +503,21 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
                                         std::clamp(ws_splits, 1, kMaxCombineSplits)));
   dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
-  kernel<<<grid, kMmaThreads, decode_smem_bytes<D, kStages>(), stream>>>(
-      q, kv, kv_len, ws, out, n_heads, group, head_groups, head_dim, ws_splits, attn::kLog2e / sqrtf(float(head_dim)),
-      interleave);
+  // The split kernel itself with PDL (its older K/V tiles start loading while the kernel that wrote
+  // q finishes); KILN_ATTN_SPLIT_PDL=0 or tune.split_pdl = 0 launches it normally.
+  static const bool split_pdl_env = [] {
+    const char* e = std::getenv("KILN_ATTN_SPLIT_PDL");
+    return !(e && std::string(e) == "0");
+  }();
+  const bool split_pdl = pdl_ok && pdl_enabled() && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
+  const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
+  if (split_pdl) {
+    launch_pdl(kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len, ws, out,
+               n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);
+  } else {
+    kernel<<<grid, kMmaThreads, decode_smem_bytes<D, kStages>(), stream>>>(
+        q, kv, kv_len, ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);
+  }
   KILN_CUDA_CHECK_LAUNCH();
   // The combine, launched while the split kernel runs when PDL is on (its launch latency hides
   // behind the split kernel; it waits on griddepcontrol.wait before reading partials).

@@ -12,12 +12,14 @@
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace kiln::cuda {
 
 // The plain epilogue: block b owns rows 16b .. 16b + 15 (clamped loads past N, masked stores);
 // y = acc (+ bias) per OutMode.
 struct StoreRows {
+  static constexpr bool kEarlyDependents = false;  // the next kernel is launched when this one ends
   const bf16* bias;
   void* y;
   OutMode mode;
@@ -40,6 +42,9 @@ template <int NT, int U, int W, class E>
 __global__ void __launch_bounds__(W * 32, 16 / W)
     gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K, E epi) {
   __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
+  // A kernel after this one that was launched with PDL (the decode attention after the fused qkv
+  // GEMV) may start now: it reads nothing this kernel writes before its griddepcontrol.wait.
+  if constexpr (E::kEarlyDependents) pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   int64_t lo0, hi0;
   epi.rows(blockIdx.x, lo0, hi0);
