@@ -79,33 +79,7 @@ using WgCfg256 = WgCfg<256, 4>;  // 192 KB + barriers
 using WgCfg128 = WgCfg<128, 6>;  // 192 KB + barriers
 
 #ifdef KILN_WGMMA_DEVICE
-using namespace wgmma_ptx;
-
-// D(64, 256) += A(64, 16) . B(256, 16)^T, A and B from shared memory (K-major, 128B swizzle).
-__device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " KILN_WGMMA_ACC128_REGS ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : KILN_WGMMA_ACC128_OUT(d)
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
-// D(64, 128) += A(64, 16) . B(128, 16)^T, A and B from shared memory (K-major, 128B swizzle).
-__device__ __forceinline__ void wgmma_m64n128k16(float* d, uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_ACC64_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : KILN_WGMMA_ACC64_OUT(d)
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
-template <int BN>
-__device__ __forceinline__ void wgmma_tile(float* d, uint64_t desc_a, uint64_t desc_b) {
-  if constexpr (BN == 256)
-    wgmma_m64n256k16(d, desc_a, desc_b);
-  else
-    wgmma_m64n128k16(d, desc_a, desc_b);
-}
+using namespace wgmma_ptx;  // wgmma_bn<BN>: the m64nBNk16 instruction of a tile width
 #endif  // KILN_WGMMA_DEVICE
 
 template <class C>
@@ -171,7 +145,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
       fence_acc<ACC>(acc);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < WG_BK / 16; ++k) wgmma_tile<BN>(acc, da + 2 * k, db + 2 * k);  // +32 B per k16
+      for (int k = 0; k < WG_BK / 16; ++k) wgmma_bn<BN>(acc, da + 2 * k, db + 2 * k);  // +32 B per k16
       wgmma_commit();
       wgmma_wait<1>();  // K step kt-1's wgmmas have retired: its stage may be refilled
       fence_acc<ACC>(acc);

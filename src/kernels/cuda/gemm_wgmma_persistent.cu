@@ -98,30 +98,6 @@ using namespace wgmma_ptx;
 // TMA-store epilogue (128 threads).
 constexpr int kBarToWg2 = 1, kBarToWg1 = 2;
 
-// D(64, BN) += A(64, 16) . B(BN, 16)^T, A and B from shared memory (K-major, 128B swizzle).
-template <int BN>
-__device__ __forceinline__ void wgmma_bn(float* d, uint64_t desc_a, uint64_t desc_b) {
-  if constexpr (BN == 256) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " KILN_WGMMA_ACC128_REGS ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-        : KILN_WGMMA_ACC128_OUT(d)
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-  } else if constexpr (BN == 192) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " KILN_WGMMA_ACC96_REGS ", %96, %97, p, 1, 1, 0, 0;\n}\n"
-        : KILN_WGMMA_ACC96_OUT(d)
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_ACC64_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : KILN_WGMMA_ACC64_OUT(d)
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-  }
-}
-
 // The TMA-store epilogue of one consumer's (64, BN) block: bias added, rounded to bf16 and written
 // to its (64, BN) staging half as BN / 64 boxes of (64 rows, 64 columns), each row 128 bytes with the
 // 16-byte chunk q of row r at q ^ (r % 8) (the 128B swizzle the tensor map names: the 8 rows a warp

@@ -89,6 +89,30 @@ __device__ __forceinline__ void named_bar_sync(int id, int count) {
 __device__ __forceinline__ void named_bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+// D(64, BN) += A(64, 16) . B(BN, 16)^T, A and B from shared memory (K-major, 128B swizzle).
+template <int BN>
+__device__ __forceinline__ void wgmma_bn(float* d, uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (BN == 256) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " KILN_WGMMA_ACC128_REGS ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WGMMA_ACC128_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else if constexpr (BN == 192) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " KILN_WGMMA_ACC96_REGS ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WGMMA_ACC96_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_WGMMA_ACC64_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WGMMA_ACC64_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  }
+}
+
 #endif  // KILN_WGMMA_DEVICE
 
 // cuTensorMapEncodeTiled from the driver through the runtime (no -lcuda); nullptr when the driver
