@@ -1,0 +1,87 @@
+// What the kernel lab's benches share (kernel_lab.cpp, kernel_lab_attention.cpp): the run's
+// flags, CUDA-event timing (median after warm-up), bf16 readback, relative error, and record(),
+// which prints one result line and appends it to the --json document.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/device_buffer.h"
+#include "core/dtype.h"
+#include "kernels/cuda/common.h"
+
+namespace kiln::lab {
+
+using cuda::bf16;
+using cuda::DeviceBuffer;
+using cuda::EventTimer;
+
+constexpr double kPeakTflops = 700.0;  // bf16 dense, H200 (cuBLAS reaches 675-790 on 8192^3)
+constexpr int64_t kRotateBytes = 256ll << 20;  // > 4x the L2
+
+inline bool g_quick = false;
+inline int g_gemm_first_version = 1;  // --gemm: 4 (the mma.sync v1-v3 were measured in earlier runs)
+inline bool g_decode_only = false;    // --decode: the quantized products at M = 1 and 16 only (no prefill)
+inline nlohmann::json g_results = nlohmann::json::array();
+
+// Median of `reps` timings of fn(rep) after `warmup` untimed calls.
+inline double time_ms(const std::function<void(int)>& fn, int reps = 50, int warmup = 5) {
+  if (g_quick) reps = std::min(reps, 10);
+  for (int i = 0; i < warmup; ++i) fn(i);
+  EventTimer t;
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    fn(i);
+    t.stop();
+    ms.push_back(t.elapsed_ms());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+inline std::vector<float> to_float(const DeviceBuffer<bf16>& d) {
+  std::vector<bf16> raw = d.to_host();
+  std::vector<float> f(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    uint16_t b;
+    std::memcpy(&b, &raw[i], 2);
+    f[i] = bf16_to_f32(b);
+  }
+  return f;
+}
+
+inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+inline void record(const std::string& kernel, const std::string& shape, const std::string& version, double ms, double bytes,
+            double flops, double ceiling_gbs, double err) {
+  double gbs = bytes / ms / 1e6, tflops = flops / ms / 1e9;
+  std::printf("%-18s %-26s %-8s %9.2f us %8.0f GB/s (%5.1f%% copy) %7.1f TFLOP/s (%5.1f%% peak)  err %.1e\n",
+              kernel.c_str(), shape.c_str(), version.c_str(), ms * 1e3, gbs, 100 * gbs / ceiling_gbs, tflops,
+              100 * tflops / kPeakTflops, err);
+  std::fflush(stdout);
+  g_results.push_back({{"kernel", kernel}, {"shape", shape}, {"version", version}, {"us", ms * 1e3}, {"gbs", gbs},
+                       {"tflops", tflops}, {"pct_copy", 100 * gbs / ceiling_gbs}, {"pct_peak", 100 * tflops / kPeakTflops},
+                       {"rel_err_vs_cublas", err}, {"floor_us", bytes / ceiling_gbs / 1e3}});
+}
+
+// The attention benches (kernel_lab_attention.cpp).
+void probe_wgmma_prefill();
+void bench_attention(double copy_gbs);
+
+}  // namespace kiln::lab
