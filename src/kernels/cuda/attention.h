@@ -83,6 +83,11 @@ struct DecodeTuning {
 void attention_decode_tuned(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
                             int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,
                             int n_kv_heads, int head_dim, cudaStream_t stream);
+// The fp32 CUDA-core path attention_decode takes for unaligned pointers or strides (the same
+// contract; attention_decode_fp32.cu).
+void attention_decode_fp32(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
+                           DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
+                           cudaStream_t stream);
 // Which decode kernel those arguments select: "mma-d64", "mma-d128" or "fp32-fallback".
 const char* attention_decode_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
 
