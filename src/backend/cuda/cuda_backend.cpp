@@ -228,6 +228,7 @@ CudaBackend::CudaBackend(ModelConfig config, const ModelWeights& w, CudaBackendO
     m.layers.push_back(std::move(d));
   }
   m.init_quant_scratch();
+  m.decide_fused_decode();
 }
 
 std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint64_t seed, float scale,
@@ -271,6 +272,7 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(s));
   m.init_quant_scratch();
+  m.decide_fused_decode();
   return b;
 }
 

@@ -322,17 +322,16 @@ struct CudaBackend::Impl {
   // SwiGLU folded into the qkv and gate/up GEMVs (gemv_fused.h). Needs bf16 projections (the
   // quantized GEMVs have no fused forms yet) and a shape the pairing takes; KILN_FUSED_DECODE=0 (or
   // the option) turns it off, for comparison: the results are the same bits.
-  bool fused_decode_ok() const {
-    static const bool env_on = [] {
-      const char* e = std::getenv("KILN_FUSED_DECODE");
-      return !(e && std::string(e) == "0");
-    }();
-    if (!opt.fused_decode || !env_on || c.intermediate_size % 8 != 0 || c.hidden_size % 8 != 0) return false;
-    if (!cuda::gemv_rope_kv_fusable(c.rope.rot_dim, int(c.head_dim), c.hidden_size)) return false;
-    bool bf16_only = true;
+  // Decided once, when the weights are in place (both constructors call decide_fused_decode).
+  bool use_fused_decode = false;
+  bool fused_decode_ok() const { return use_fused_decode; }
+  void decide_fused_decode() {
+    const char* e = std::getenv("KILN_FUSED_DECODE");
+    const bool env_on = !(e && std::string(e) == "0");
+    use_fused_decode = opt.fused_decode && env_on && c.intermediate_size % 8 == 0 && c.hidden_size % 8 == 0 &&
+                   cuda::gemv_rope_kv_fusable(c.rope.rot_dim, int(c.head_dim), c.hidden_size);
     for (const cuda_backend::DeviceLayer& d : layers)
-      bf16_only = bf16_only && d.w_qkv.format == QuantFormat::none && d.w_gu.format == QuantFormat::none;
-    return bf16_only;
+      use_fused_decode = use_fused_decode && d.w_qkv.format == QuantFormat::none && d.w_gu.format == QuantFormat::none;
   }
   // Where the fused qkv GEMV puts K/V and reads the position (set: the layers run fused).
   struct FusedDecode {
