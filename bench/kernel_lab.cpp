@@ -2,7 +2,7 @@
 // then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
-//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm]
+//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm] [--unheld]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
 //    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS; --decode: those
 //    at M = 1 and 16 only; --gemv: only the bf16 decode GEMVs, M = 1..16, every version;
@@ -44,6 +44,10 @@ double copy_ceiling() {
   double gbs = 2.0 * bytes / ms / 1e6;
   std::printf("copy kernel: %.0f GB/s (bytes read + written): the bandwidth ceiling below\n", gbs);
   g_results.push_back({{"kernel", "copy"}, {"gbs", gbs}});
+  // The floor of any timed call: a one-thread kernel that exits at once, timed the same way.
+  const double empty_ms = time_ms([&](int) { cuda::hold_stream(0, nullptr); }, 50, 5);
+  std::printf("empty kernel: %.2f us a call (the timing's own floor)\n", empty_ms * 1e3);
+  g_results.push_back({{"kernel", "empty"}, {"us", empty_ms * 1e3}});
   return gbs;
 }
 
@@ -112,6 +116,16 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       }
       double t_c = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, reps);
       record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
+      if (!gemm && m == 1) {
+        // cudaMemcpy of the weight's traffic (half its bytes read, half written, from one rotating
+        // buffer into the second half of the next): what one isolated memory-bound call of this
+        // size reaches, ramp and tail included.
+        const int64_t half = wsize;  // bytes: half of the weight's N x K x 2
+        const double t_copy = time_ms([&](int i) {
+          copy_device(w[size_t((i + 1) % copies)].data() + wsize / 2, w[size_t(i % copies)].data(), half, nullptr);
+        }, reps);
+        record("gemv", shape, "copy", t_copy, 2.0 * double(half), 0, copy_gbs, 0);
+      }
     }
   }
 }
@@ -352,9 +366,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--decode")) quant_only = g_decode_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
     else if (!std::strcmp(argv[i], "--gemm")) gemm_only = true;
+    else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
-                           "[--gemv] [--gemm]\n");
+                           "[--gemv] [--gemm] [--unheld]\n");
       return 2;
     }
   }
@@ -393,6 +408,7 @@ int main(int argc, char** argv) {
     print_gemm_summary();
     if (!json_path.empty()) {
       nlohmann::json doc = {{"device", info.name}, {"copy_gbs", copy_gbs}, {"peak_tflops", kPeakTflops},
+                            {"timing", g_held ? "held stream (events bracket the GPU's run)" : "unheld (launch from idle)"},
                             {"results", g_results}};
       std::ofstream(json_path) << doc.dump(2) << "\n";
       std::printf("wrote %s\n", json_path.c_str());

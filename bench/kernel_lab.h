@@ -1,6 +1,13 @@
 // What the kernel lab's benches share (kernel_lab.cpp, kernel_lab_attention.cpp): the run's
 // flags, CUDA-event timing (median after warm-up), bf16 readback, relative error, and record(),
 // which prints one result line and appends it to the --json document.
+//
+// Timing of one call (time_ms): by default the stream is held by a short spin kernel while the
+// host enqueues the start event, the call and the stop event, so the events bracket the kernels as
+// the GPU runs them back to back (as in a CUDA graph), not the host's launch latency -- nvbench's
+// "blocking kernel" method. Through session 4 the events bracketed a launch from an idle GPU, which
+// added 4-8 us to every call (the intercept of time against bytes in the GEMV tables); --unheld
+// times that way again.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +23,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "core/dtype.h"
 #include "kernels/cuda/common.h"
+#include "kernels/cuda/stream_hold.h"
 
 namespace kiln::lab {
 
@@ -27,6 +35,8 @@ constexpr double kPeakTflops = 700.0;  // bf16 dense, H200 (cuBLAS reaches 675-7
 constexpr int64_t kRotateBytes = 256ll << 20;  // > 4x the L2
 
 inline bool g_quick = false;
+inline bool g_held = true;  // time_ms holds the stream while it enqueues each call (see above)
+constexpr int64_t kHoldMicroseconds = 50;  // longer than the host needs to enqueue events + a call
 inline int g_gemm_first_version = 1;  // --gemm: 4 (the mma.sync v1-v3 were measured in earlier runs)
 inline bool g_decode_only = false;    // --decode: the quantized products at M = 1 and 16 only (no prefill)
 inline nlohmann::json g_results = nlohmann::json::array();
@@ -38,6 +48,7 @@ inline double time_ms(const std::function<void(int)>& fn, int reps = 50, int war
   EventTimer t;
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
+    if (g_held) cuda::hold_stream(kHoldMicroseconds, nullptr);
     t.start();
     fn(i);
     t.stop();

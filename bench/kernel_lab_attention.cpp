@@ -74,7 +74,8 @@ void bench_attention(double copy_gbs) {
   // K/V copies rotate through more than 4x the L2 (b=1 L=8k is 34 MB). "kiln x10": the default's
   // per-call time in a run of 10 back-to-back calls (launch latency overlapped, as in a decode step
   // where attention follows other kernels), next to the single call between two events.
-  for (auto [batch, len] : {std::pair<int64_t, int64_t>{1, 32768}, {64, 2048}, {1, 8192}}) {
+  for (auto [batch, len] :
+       {std::pair<int64_t, int64_t>{1, 32768}, {64, 2048}, {1, 8192}, {1, 512}, {1, 2048}, {256, 512}}) {
     const int64_t kv_elems = batch * len * kv_dim;
     const int copies = int(std::max<int64_t>(1, kRotateBytes / (4 * kv_elems) + 1));
     std::vector<DeviceBuffer<bf16>> ks, vs;

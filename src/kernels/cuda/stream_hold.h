@@ -8,6 +8,7 @@
 
 namespace kiln::cuda {
 
+// microseconds = 0: a kernel that exits at once.
 void hold_stream(int64_t microseconds, cudaStream_t stream);
 
 }  // namespace kiln::cuda
