@@ -27,8 +27,17 @@ else
 fi
 
 echo "== kernel lab ($BUILD/bench/kernel_lab)"
+# KILN_SUITE_LAB: 1 (default) every bench of the lab; accept: only what the acceptance report reads
+# (decode GEMVs, attention, quantized decode GEMVs; ~2 minutes); 0: none.
 if [ "${KILN_SUITE_LAB:-1}" = 0 ]; then
   echo "skipped (KILN_SUITE_LAB=0)"; lab_rc=0
+elif [ "${KILN_SUITE_LAB:-1}" = accept ] && [ -x "$BUILD/bench/kernel_lab" ]; then
+  lab_rc=0
+  for part in gemv attention decode; do
+    "$BUILD/bench/kernel_lab" --$part --json "$OUT/lab_$part.json" >"$OUT/lab_$part.log" 2>&1 || lab_rc=1
+  done
+  [ $lab_rc -ne 0 ] && status=1
+  echo "lab_{gemv,attention,decode}.log rc=$lab_rc"
 elif [ -x "$BUILD/bench/kernel_lab" ]; then
   "$BUILD/bench/kernel_lab" --json "$OUT/kernel_lab.json" 2>&1 | tee "$OUT/kernel_lab.log"
   lab_rc=${PIPESTATUS[0]}
@@ -54,6 +63,15 @@ for q in int8 int4 fp8; do
   "$K" bench --random llama3-8b --quant $q -p 2048 -n 128 -r 3 --json "$OUT/bench_$q.json" >"$OUT/bench_$q.log" 2>&1 ||
     status=1
 done
+# Long context (issue #7): prefill of 16k tokens, decode with 32k tokens cached.
+"$K" bench --random llama3-8b -p 16384 -n 0 -r 2 --json "$OUT/bench_pp16384.json" >"$OUT/bench_pp16384.log" 2>&1 ||
+  status=1
+"$K" bench --random llama3-8b -p 0 -n 128 -d 32768 -r 2 --json "$OUT/bench_tg_d32768.json" \
+  >"$OUT/bench_tg_d32768.log" 2>&1 || status=1
+# PyTorch SDPA on the kernel lab's attention shapes, the same-run baseline (where torch is installed).
+if python3 -c "import torch" 2>/dev/null; then
+  python3 bench/torch_baseline.py --sdpa --json "$OUT/torch_sdpa.json" >"$OUT/torch_sdpa.log" 2>&1 || status=1
+fi
 
 # Hook for more whole-model runs: add commands to KILN_BENCH_CMDS, one per line. Each one's
 # output goes to $OUT/kiln_bench_N.log.
@@ -90,4 +108,7 @@ grep -h "^Throughput" "$OUT/throughput.log" 2>/dev/null
 grep -hE "^\|\s+(pp|tg)" "$OUT/bench.log" 2>/dev/null
 for q in int8 int4 fp8; do grep -hE "^\|\s+(pp|tg)" "$OUT/bench_$q.log" 2>/dev/null | sed "s/^/$q /"; done
 echo "lab rc=$lab_rc; logs in $OUT"
+echo
+echo "== acceptance lines of the open issues, this run only"
+python3 "$(dirname "$0")/acceptance_report.py" "$OUT" --json "$OUT/acceptance.json" || status=1
 exit $status
