@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/sampling.h"
 #include "model/config.h"
 
 namespace kiln {
@@ -66,6 +67,13 @@ struct BatchEntry {
   // row is needed (greedy sampling without logprobs), so a GPU backend computes it on the device
   // and skips copying the row's logits to the host (128k floats a row for Llama 3).
   bool greedy = false;
+  // With want_logits, on a backend that samples_on_device(), when the caller asks for ids: draw
+  // this row's token there with these parameters (penalties over `history`, the draw numbered
+  // `draw` of the request; kernels/cuda/sampling.h says which cases are exact), and do not send
+  // the row's logits back. nullptr: the caller samples from the logits.
+  const SamplingParams* sampling = nullptr;
+  std::span<const int32_t> history = {};
+  uint64_t draw = 0;
 };
 
 class Backend {
@@ -105,6 +113,9 @@ class Backend {
   // ties, NaN never), and rows of greedy entries may be left unfilled in `logits`.
   void forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
                      std::vector<int32_t>* argmax = nullptr);
+  // Whether forward_batch draws the tokens of entries with `sampling` set itself (then `argmax`
+  // holds the drawn id for those rows).
+  virtual bool samples_on_device() const { return false; }
 
  protected:
   virtual void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,

@@ -161,9 +161,18 @@ struct Engine::Impl {
     if (!plan.empty()) {
       std::vector<BatchEntry> entries;
       entries.reserve(plan.chunks.size());
-      for (const ScheduledChunk& c : plan.chunks)
-        entries.push_back({c.tokens, c.first_position, c.block_table, c.needs_logits,
-                           c.needs_logits && live.at(c.id)->argmax_only});
+      const bool device_sampling = backend.samples_on_device();
+      for (const ScheduledChunk& c : plan.chunks) {
+        const Live& r = *live.at(c.id);
+        BatchEntry e{c.tokens, c.first_position, c.block_table, c.needs_logits, c.needs_logits && r.argmax_only};
+        // Sampled on the device unless the request wants logprobs (those need the row here).
+        if (device_sampling && c.needs_logits && !r.argmax_only && r.request.logprobs < 0) {
+          e.sampling = &r.request.sampling;
+          e.history = r.history;
+          e.draw = uint64_t(r.generated);
+        }
+        entries.push_back(e);
+      }
       backend.forward_batch(*pool, entries, logits, &argmax);
       const size_t vocab = size_t(backend.config().vocab_size);
       size_t row = 0;
@@ -177,7 +186,8 @@ struct Engine::Impl {
         // applies penalties and temperature to it.
         std::vector<float> raw;
         if (r.request.logprobs >= 0) raw.assign(l.begin(), l.end());
-        const int32_t token = r.argmax_only ? device_argmax : r.sampler.sample(l, r.history);
+        const bool drawn = r.argmax_only || entries[&c - plan.chunks.data()].sampling != nullptr;
+        const int32_t token = drawn ? device_argmax : r.sampler.sample(l, r.history);
         GenerationEvent ev;
         if (r.request.logprobs >= 0) fill_logprobs(raw, token, r.request.logprobs, ev);
         ev.token = token;

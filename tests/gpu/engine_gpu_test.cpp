@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <future>
+#include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
 #include "gpu_test_util.h"
@@ -72,6 +73,48 @@ TEST(GpuEngine, GreedyBatchInvarianceRate) {
                 batch, same, batch, first_diff / batch, tokens);
     EXPECT_GE(same * 2, batch) << "batch " << batch;  // most requests identical; see the header
   }
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+}
+
+// Sampled requests draw their tokens on the device (kernels/cuda/sampling.h): the same request run
+// alone twice gives the same tokens (the draws are a function of seed and step), other seeds give
+// other tokens, every id is in the vocabulary, and a request that wants logprobs (sampled on the
+// host from the row sent back) runs in the same steps.
+TEST(GpuEngine, SampledOnDeviceDeterministicPerSeed) {
+  KILN_REQUIRE_GPU();
+  auto backend = CudaBackend::random(engine_config(), 13, 0.5f);
+  ASSERT_TRUE(backend->samples_on_device());
+  EngineOptions o;
+  o.num_kv_blocks = 1024;
+  o.max_num_seqs = 16;
+  Engine engine(*backend, o);
+  auto sampled = [](int i, uint64_t seed, float top_p, int top_k, float rep) {
+    GenerationRequest r = greedy(i, 9, 32);
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = top_p;
+    r.sampling.top_k = top_k;
+    r.sampling.min_p = 0.0f;
+    r.sampling.repetition_penalty = rep;
+    r.sampling.seed = seed;
+    return r;
+  };
+  for (auto [top_p, top_k, rep] : {std::tuple{1.0f, 0, 1.0f}, std::tuple{0.9f, 0, 1.0f}, std::tuple{0.95f, 40, 1.3f}}) {
+    const auto a = generate_blocking(engine, sampled(1, 7, top_p, top_k, rep)).tokens;
+    const auto b = generate_blocking(engine, sampled(1, 7, top_p, top_k, rep)).tokens;
+    EXPECT_EQ(a, b) << "top_p " << top_p << " top_k " << top_k;
+    int differ = 0;
+    for (uint64_t seed = 8; seed < 12; ++seed) differ += generate_blocking(engine, sampled(1, seed, top_p, top_k, rep)).tokens != a;
+    EXPECT_GE(differ, 3) << "other seeds should draw other tokens";
+    for (int32_t t : a) {
+      EXPECT_GE(t, 0);
+      EXPECT_LT(t, 512);
+    }
+  }
+  std::vector<GenerationRequest> mixed;
+  for (int i = 0; i < 8; ++i) mixed.push_back(sampled(i, 100 + uint64_t(i), 0.95f, 0, 1.0f));
+  mixed[3].logprobs = 2;  // sampled on the host
+  mixed[5] = greedy(5, 11, 32);
+  for (const auto& r : generate_all_blocking(engine, mixed)) EXPECT_EQ(r.tokens.size(), 32u);
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);
 }
 

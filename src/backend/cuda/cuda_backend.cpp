@@ -302,6 +302,14 @@ void CudaBackend::forward_impl(KvSequence& seq_base, std::span<const int32_t> to
 
 void CudaBackend::set_use_graphs(bool on) { impl_->opt.use_graphs = on; }
 bool CudaBackend::use_graphs() const { return impl_->opt.use_graphs; }
+
+bool CudaBackend::samples_on_device() const {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_DEVICE_SAMPLING");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
 void CudaBackend::set_profiling(bool on) { impl_->set_profiling(on); }
 std::string CudaBackend::profiling_timer() const { return impl_->timer_note; }
 void CudaBackend::reset_kernel_stats() { impl_->stats.clear(); }

@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
+  // kernels/cuda/sampling.h; KILN_DEVICE_SAMPLING=0 sends sampled rows' logits to the host sampler.
+  bool samples_on_device() const override;
   const ModelConfig& config() const override;
   std::unique_ptr<KvSequence> new_sequence(int64_t capacity) override;
   int64_t kv_bytes_per_element() const override { return 2; }  // bf16 K/V

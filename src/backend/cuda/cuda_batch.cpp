@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/argmax.h"
@@ -132,13 +133,31 @@ class CudaKvPool final : public KvPool {
   cuda_backend::PinnedBuffer<int32_t> host_meta;
   DeviceBuffer<float> workspace;              // flash-decoding partials
   cuda_backend::PinnedBuffer<float> host_logits;
-  DeviceBuffer<int32_t> argmax_ids;                // (rows) greedy ids computed on the device
+  DeviceBuffer<int32_t> argmax_ids;                // (rows) ids chosen on the device
   cuda_backend::PinnedBuffer<int32_t> host_argmax;
   void ensure_argmax(int64_t rows) {
     if (int64_t(argmax_ids.size()) >= rows) return;
     argmax_ids = DeviceBuffer<int32_t>();
     argmax_ids = DeviceBuffer<int32_t>(size_t(pow2_at_least(rows)));
     host_argmax.grow(size_t(pow2_at_least(rows)));
+  }
+  // Device sampling: one RowSampling a row, then the penalized ids and their counts.
+  DeviceBuffer<cuda::RowSampling> sample_params;
+  cuda_backend::PinnedBuffer<cuda::RowSampling> host_sample_params;
+  DeviceBuffer<int32_t> penalties;  // ids (n) then counts (n)
+  cuda_backend::PinnedBuffer<int32_t> host_penalties;
+  void ensure_sampling(int64_t rows, int64_t n_pen) {
+    if (int64_t(sample_params.size()) < rows) {
+      sample_params = DeviceBuffer<cuda::RowSampling>();
+      sample_params = DeviceBuffer<cuda::RowSampling>(size_t(pow2_at_least(rows)));
+      host_sample_params.grow(size_t(pow2_at_least(rows)));
+    }
+    if (int64_t(penalties.size()) < 2 * n_pen || penalties.size() == 0) {
+      const size_t n = size_t(pow2_at_least(std::max<int64_t>(2 * n_pen, 1024)));
+      penalties = DeviceBuffer<int32_t>();
+      penalties = DeviceBuffer<int32_t>(n);
+      host_penalties.grow(n);
+    }
   }
   struct Graph {
     bool warmed = false;  // ran eagerly once with this shape
@@ -147,28 +166,82 @@ class CudaKvPool final : public KvPool {
   std::map<std::pair<int64_t, int64_t>, Graph> graphs;  // (batch bucket, table width) -> graph
 };
 
+// Fills the pool's host-side RowSampling per row (greedy rows and rows sampled on the host: argmax)
+// and the penalized ids with their counts in each history window (runtime/sampler.cpp's window);
+// returns the number of penalty entries.
+int64_t plan_sampling(CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries) {
+  const int64_t R = int64_t(row_entries.size());
+  std::vector<int32_t> ids, counts;
+  std::unordered_map<int32_t, int32_t> window_counts;
+  std::vector<cuda::RowSampling> rows(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    const BatchEntry& b = entries[row_entries[size_t(r)]];
+    cuda::RowSampling& p = rows[size_t(r)];
+    p.temperature = 0.0f;
+    if (!b.sampling) continue;
+    const SamplingParams& s = *b.sampling;
+    p.temperature = s.temperature, p.top_k = s.top_k, p.top_p = s.top_p, p.min_p = s.min_p;
+    p.repetition_penalty = s.repetition_penalty, p.presence_penalty = s.presence_penalty;
+    p.frequency_penalty = s.frequency_penalty, p.seed = s.seed, p.counter = b.draw;
+    p.pen_begin = int32_t(ids.size());
+    if (s.repetition_penalty != 1.0f || s.presence_penalty != 0 || s.frequency_penalty != 0) {
+      const size_t window = s.penalty_last_n > 0 ? std::min(b.history.size(), size_t(s.penalty_last_n)) : b.history.size();
+      window_counts.clear();
+      for (int32_t id : b.history.last(window)) ++window_counts[id];
+      for (auto [id, count] : window_counts) ids.push_back(id), counts.push_back(count);
+    }
+    p.pen_end = int32_t(ids.size());
+  }
+  const int64_t n = int64_t(ids.size());
+  pool.ensure_sampling(R, n);
+  std::copy(rows.begin(), rows.end(), pool.host_sample_params.data());
+  std::copy(ids.begin(), ids.end(), pool.host_penalties.data());
+  std::copy(counts.begin(), counts.end(), pool.host_penalties.data() + n);
+  return n;
+}
+
 // Copies a step's results to the host. `device_logits` holds one row per entry of `rows_entries`
 // (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
-// argmax kernel and only the rows of non-greedy entries are copied; otherwise every row is.
+// (the argmax kernel, or sample_rows where an entry asked for device sampling) and only the rows of
+// the other entries are copied; otherwise every row is.
 void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries,
-              const float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax) {
+              float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax) {
   const int64_t R = int64_t(row_entries.size());
   logits.resize(size_t(R * vocab));
+  auto on_device = [&](int64_t r) {
+    const BatchEntry& b = entries[row_entries[size_t(r)]];
+    return argmax && (b.greedy || b.sampling);
+  };
+  bool sampled = false;
+  for (int64_t r = 0; r < R && argmax; ++r) sampled |= entries[row_entries[size_t(r)]].sampling != nullptr;
   if (argmax && R > 0) {
     pool.ensure_argmax(R);
-    m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
-         [&] { cuda::argmax(device_logits, R, vocab, pool.argmax_ids.data(), m.s()); });
+    if (sampled) {
+      const int64_t n_pen = plan_sampling(pool, entries, row_entries);
+      KILN_CUDA_CHECK(cudaMemcpyAsync(pool.sample_params.data(), pool.host_sample_params.data(),
+                                      size_t(R) * sizeof(cuda::RowSampling), cudaMemcpyHostToDevice, m.s()));
+      if (n_pen > 0)
+        KILN_CUDA_CHECK(cudaMemcpyAsync(pool.penalties.data(), pool.host_penalties.data(), size_t(2 * n_pen) * 4,
+                                        cudaMemcpyHostToDevice, m.s()));
+      m.op("sample", profile::Cost{double(R * vocab) * 4, 0}, [&] {
+        cuda::sample_rows(device_logits, R, vocab, pool.sample_params.data(), pool.penalties.data(),
+                          pool.penalties.data() + n_pen, pool.argmax_ids.data(), m.s());
+      });
+    } else {
+      m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
+           [&] { cuda::argmax(device_logits, R, vocab, pool.argmax_ids.data(), m.s()); });
+    }
     KILN_CUDA_CHECK(cudaMemcpyAsync(pool.host_argmax.data(), pool.argmax_ids.data(), size_t(R) * 4,
                                     cudaMemcpyDeviceToHost, m.s()));
   }
   // Contiguous runs of rows that must come back, one copy each.
   for (int64_t r = 0; r < R;) {
-    if (argmax && entries[row_entries[size_t(r)]].greedy) {
+    if (on_device(r)) {
       ++r;
       continue;
     }
     int64_t end = r + 1;
-    while (end < R && !(argmax && entries[row_entries[size_t(end)]].greedy)) ++end;
+    while (end < R && !on_device(end)) ++end;
     KILN_CUDA_CHECK(cudaMemcpyAsync(logits.data() + r * vocab, device_logits + r * vocab,
                                     size_t((end - r) * vocab) * 4, cudaMemcpyDeviceToHost, m.s()));
     r = end;

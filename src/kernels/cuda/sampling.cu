@@ -1,10 +1,10 @@
-// argmax: a block reduction of (value, index). Top-k/top-p: the k-th largest logit T is found by a
-// radix select over the order-preserving integer image of the floats (4 passes of 8 bits, a
-// 256-bin shared histogram each; always exactly 4 passes, whatever the input). The keys > T are
-// gathered, then the keys == T in id order until k candidates (ties go to the lower id), the
-// candidates are bitonic-sorted (value descending, id ascending), and one thread runs the softmax,
-// the top-p cut and the draw over at most 1024 candidates. NaN logits are never candidates;
-// -inf logits are (weight 0 unless every candidate is -inf, then they are drawn uniformly).
+// argmax: a block reduction of (value, index). sample_rows (one 1024-thread block a row): the
+// penalties in place, the top logit, then either the Gumbel-max draw over the whole row (no top-k,
+// no top-p: one pass) or the top-k candidates -- the k-th largest logit T by a radix select over
+// the order-preserving integer image of the floats (4 passes of 8 bits, a 256-bin shared histogram
+// each), the keys > T, then the keys == T in id order (ties go to the lower id), a bitonic sort
+// (value descending, id ascending) -- and one thread's top-p / min-p cut and draw over at most
+// 1024 of them. NaN logits are never chosen.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -58,39 +58,59 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restric
   }
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab,
-                                                          SampleParams p, int32_t* __restrict__ out) {
-  __shared__ float cv[kSampleMaxK];
-  __shared__ int ci[kSampleMaxK];
-  __shared__ int hist[256];
-  __shared__ int warp_sums[kThreads / 32];
+// Block-wide "better" reduction of each thread's (value, id); every thread gets the winner.
+__device__ __forceinline__ void block_best(float& bv, int& bi, float* sv, int* si) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
+  __syncthreads();
+  bv = sv[0], bi = si[0];
+  for (int w = 1; w < kThreads / 32; ++w)
+    if (better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
+  __syncthreads();  // sv / si may be reused
+}
+
+// Sum over the block, in a fixed order (the same bits every run).
+__device__ __forceinline__ float block_sum(float v, float* sv) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) v += sv[w];
+  __syncthreads();
+  return v;
+}
+
+// A candidate's weight relative to the top logit: 1 for a value equal to the top (so an all -inf
+// row or a +inf top is not NaN), else exp((v - top) / T).
+__device__ __forceinline__ float cand_weight(float v, float top, float inv_t) {
+  return v == top ? 1.0f : expf((v - top) * inv_t);
+}
+
+// The top k (<= kSampleMaxK) logits of a row into cv / ci, sorted (value desc, id asc); returns how
+// many there are (fewer than k only where the row has fewer non-NaN values). Radix select of the
+// k-th largest key T over the order-preserving image of the floats (4 passes of 8 bits, a 256-bin
+// histogram each), then the keys > T and the keys == T in id order until k, then a bitonic sort.
+__device__ int top_candidates(const float* row, int64_t vocab, int k, float* cv, int* ci, int* hist, int* warp_sums) {
   __shared__ uint32_t sel_digit;
   __shared__ int sel_remaining, n_gt;
-  const float* row = logits + int64_t(blockIdx.x) * vocab;
-  const int k = int(imin64(vocab, (p.top_k <= 0 || p.top_k > kSampleMaxK) ? kSampleMaxK : p.top_k));
-  if (k <= 0) {  // empty row (vocab 0): uniform over the block, no barrier reached
-    if (threadIdx.x == 0) out[blockIdx.x] = 0;
-    return;
-  }
-
-  // Radix select: T = the k-th largest key (NaN keys are 0, so they count but rank last).
-  // Invariant: `remaining` (>= 1) of the keys matching `prefix` on the bits decided so far rank
-  // at or below T; the pass picks the digit where the count from the top reaches it.
   uint32_t prefix = 0, mask = 0;
   int remaining = k;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-      uint32_t key = order_key(row[i]);
+      const uint32_t key = order_key(row[i]);
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      int cum = 0;
+      int cum = 0, rem = remaining;
       uint32_t dgt = 0;
-      int rem = remaining;
-      for (int d = 255; d >= 0; --d) {  // bounded; always finds a digit since count >= remaining
+      for (int d = 255; d >= 0; --d) {  // always finds a digit: the count is >= remaining
         if (cum + hist[d] >= remaining) {
           dgt = uint32_t(d);
           rem = remaining - cum;
@@ -114,9 +134,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   ci[threadIdx.x] = 0x7fffffff;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {  // fewer than k keys are > T
-    float v = row[i];
+    const float v = row[i];
     if (order_key(v) > T) {
-      int slot = atomicAdd(&n_gt, 1);
+      const int slot = atomicAdd(&n_gt, 1);
       if (slot < kSampleMaxK) cv[slot] = v, ci[slot] = int(i);
     }
   }
@@ -127,18 +147,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int taken = 0;
     for (int64_t base = 0; base < vocab && taken < remaining; base += kThreads) {  // uniform bounds
-      int64_t i = base + threadIdx.x;
-      bool tie = i < vocab && order_key(row[i]) == T;
-      unsigned bal = __ballot_sync(0xffffffffu, tie);
+      const int64_t i = base + threadIdx.x;
+      const bool tie = i < vocab && order_key(row[i]) == T;
+      const unsigned bal = __ballot_sync(0xffffffffu, tie);
       if (lane == 0) warp_sums[warp] = __popc(bal);
       __syncthreads();
       int before = 0, total = 0;
       for (int w = 0; w < kThreads / 32; ++w) {
-        int c = warp_sums[w];
+        const int c = warp_sums[w];
         before += w < warp ? c : 0;
         total += c;
       }
-      int rank = taken + before + __popc(bal & ((1u << lane) - 1u));
+      const int rank = taken + before + __popc(bal & ((1u << lane) - 1u));
       if (tie && rank < remaining && gt + rank < kSampleMaxK) cv[gt + rank] = row[i], ci[gt + rank] = int(i);
       taken += total;
       __syncthreads();  // warp_sums is rewritten by the next chunk
@@ -146,16 +166,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     n_cand = min(kSampleMaxK, gt + min(taken, remaining));
   }
   __syncthreads();
-  // Bitonic sort of 1024 (value desc, id asc); one element a thread.
-  for (int size = 2; size <= kSampleMaxK; size <<= 1) {
+  for (int size = 2; size <= kSampleMaxK; size <<= 1) {  // bitonic sort, one element a thread
     for (int stride = size / 2; stride > 0; stride >>= 1) {
-      int i = threadIdx.x, j = i ^ stride;
+      const int i = threadIdx.x, j = i ^ stride;
       if (j > i) {
-        bool desc = (i & size) == 0;
-        bool j_better = better(cv[j], ci[j], cv[i], ci[i]);
-        if (j_better == desc) {
-          float tv = cv[i];
-          int ti = ci[i];
+        const bool desc = (i & size) == 0;
+        if (better(cv[j], ci[j], cv[i], ci[i]) == desc) {
+          const float tv = cv[i];
+          const int ti = ci[i];
           cv[i] = cv[j], ci[i] = ci[j];
           cv[j] = tv, ci[j] = ti;
         }
@@ -163,37 +181,112 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       __syncthreads();
     }
   }
-  if (threadIdx.x == 0) {
-    const int n = min(k, n_cand);
-    if (n == 0) {  // every logit NaN
-      out[blockIdx.x] = 0;
+  return min(k, n_cand);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(float* __restrict__ logits, int64_t vocab, const RowSampling* __restrict__ params,
+                       const int32_t* __restrict__ pen_ids, const int32_t* __restrict__ pen_counts,
+                       int32_t* __restrict__ out) {
+  __shared__ float cv[kSampleMaxK];
+  __shared__ int ci[kSampleMaxK];
+  __shared__ int hist[256];
+  __shared__ int warp_sums[kThreads / 32];
+  __shared__ float sv[kThreads / 32];
+  __shared__ int si[kThreads / 32];
+  __shared__ int pick, fallback;
+  float* const row = logits + int64_t(blockIdx.x) * vocab;
+  const RowSampling p = params[blockIdx.x];
+
+  // Penalties first (sampler.cpp's formulas, in the same float operations).
+  for (int j = p.pen_begin + int(threadIdx.x); j < p.pen_end; j += kThreads) {
+    const int32_t id = pen_ids[j];
+    if (id < 0 || id >= vocab) continue;
+    float l = row[id];
+    if (p.repetition_penalty != 1.0f) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    l -= p.presence_penalty + p.frequency_penalty * float(pen_counts[j]);
+    row[id] = l;
+  }
+  __syncthreads();
+
+  // The top logit (lowest id on ties), for greedy and as the softmax's reference.
+  float bv = NAN;
+  int bi = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
+    if (better(row[i], int(i), bv, bi)) bv = row[i], bi = int(i);
+  block_best(bv, bi, sv, si);
+  // Greedy, an empty or all-NaN row, a +inf top (every other weight is 0), or an all -inf row:
+  // the argmax is the answer.
+  if (p.temperature <= 0.0f || bi == 0x7fffffff || !(bv > -INFINITY) || !(bv < INFINITY)) {
+    if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    return;
+  }
+  const float top = bv, inv_t = 1.0f / p.temperature;
+  const float log_floor = p.min_p > 0.0f ? logf(p.min_p) : -INFINITY;
+  const bool k_off = p.top_k <= 0 || int64_t(p.top_k) >= vocab;
+
+  if (threadIdx.x == 0) fallback = k_off && p.top_p >= 1.0f;
+  __syncthreads();
+  if (!fallback) {
+    const int k = int(imin64(vocab, k_off || p.top_k > kSampleMaxK ? kSampleMaxK : p.top_k));
+    const int n = top_candidates(row, vocab, k, cv, ci, hist, warp_sums);
+    // top-p's mass is counted over what the CPU sampler keeps: the top k, or the whole row.
+    float z_full = 0.0f;
+    if (k_off) {
+      for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
+        if (!isnan(row[i])) z_full += cand_weight(row[i], top, inv_t);
+      z_full = block_sum(z_full, sv);
+    }
+    if (threadIdx.x == 0) {
+      float total = z_full;
+      if (!k_off)
+        for (int i = 0; i < n; ++i) total += cand_weight(cv[i], top, inv_t);
+      int n_keep = -1;
+      float kept = 0.0f;
+      for (int i = 0; i < n; ++i) {
+        kept += cand_weight(cv[i], top, inv_t);
+        if (kept >= p.top_p * total) {
+          n_keep = i + 1;
+          break;
+        }
+      }
+      if (n_keep < 0 && !k_off) n_keep = n;  // rounding: the whole top k
+      if (n_keep < 0) {
+        fallback = 1;  // the nucleus is larger than the candidates: the whole row above min-p
+      } else {
+        int cut = 1;  // min-p: weights >= min_p (the top's weight is 1)
+        while (cut < n_keep && cand_weight(cv[cut], top, inv_t) >= p.min_p) ++cut;
+        kept = 0.0f;
+        for (int i = 0; i < cut; ++i) kept += cand_weight(cv[i], top, inv_t);
+        const float target = sample_uniform(p.seed, p.counter) * kept;
+        float acc = 0.0f;
+        pick = ci[cut - 1];
+        for (int i = 0; i < cut; ++i) {
+          acc += cand_weight(cv[i], top, inv_t);
+          if (acc > target) {
+            pick = ci[i];
+            break;
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (!fallback) {
+      if (threadIdx.x == 0) out[blockIdx.x] = pick;
       return;
     }
-    const float inv_t = 1.0f / fmaxf(p.temperature, 1e-6f), top = cv[0];
-    float total = 0.0f;
-    // Weight of candidate i; equal to the top counts 1 (so an all -inf or a +inf top is not NaN).
-    auto weight = [&](int i) { return cv[i] == top ? 1.0f : expf((cv[i] - top) * inv_t); };
-    for (int i = 0; i < n; ++i) total += weight(i);
-    float kept = 0.0f;
-    int n_keep = n;
-    for (int i = 0; i < n; ++i) {
-      kept += weight(i);
-      if (kept >= p.top_p * total) {
-        n_keep = i + 1;
-        break;
-      }
-    }
-    float target = sample_uniform(p.seed, blockIdx.x) * kept, acc = 0.0f;
-    int pick = ci[n_keep - 1];
-    for (int i = 0; i < n_keep; ++i) {
-      acc += weight(i);
-      if (acc > target) {
-        pick = ci[i];
-        break;
-      }
-    }
-    out[blockIdx.x] = pick;
   }
+  // Gumbel-max over the row: argmax of z_i + g_i among z_i = (logit - top) / T >= log(min_p).
+  bv = NAN;
+  bi = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+    const float z = (row[i] - top) * inv_t;
+    if (!(z >= log_floor)) continue;  // NaN logits too
+    const float key = z + sample_gumbel(p.seed, p.counter, i);
+    if (better(key, int(i), bv, bi)) bv = key, bi = int(i);
+  }
+  block_best(bv, bi, sv, si);
+  if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
 }  // namespace
@@ -204,11 +297,10 @@ void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cuda
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void sample_top_k_top_p(const float* logits, int64_t rows, int64_t vocab, SampleParams params, int32_t* out,
-                        cudaStream_t stream) {
+void sample_rows(float* logits, int64_t rows, int64_t vocab, const RowSampling* params, const int32_t* pen_ids,
+                 const int32_t* pen_counts, int32_t* out, cudaStream_t stream) {
   if (rows == 0) return;
-  if (params.temperature <= 0.0f) return argmax(logits, rows, vocab, out, stream);
-  sample_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, params, out);
+  sample_rows_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, params, pen_ids, pen_counts, out);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
