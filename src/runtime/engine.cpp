@@ -179,15 +179,16 @@ struct Engine::Impl {
       size_t row = 0;
       for (const ScheduledChunk& c : plan.chunks) {
         if (!c.needs_logits) continue;
-        std::span<float> l(logits.data() + row * vocab, vocab);
-        const int32_t device_argmax = argmax[row];
-        ++row;
+        const size_t this_row = row++;
         Live& r = *live.at(c.id);
+        // An argmax-only row's logits may not be on the host at all (Backend::forward_batch).
+        std::span<float> l;
+        if (!r.argmax_only) l = std::span<float>(logits.data() + this_row * vocab, vocab);
         // Logprobs describe the model's distribution: taken from the row before the sampler
         // applies penalties and temperature to it.
         std::vector<float> raw;
         if (r.request.logprobs >= 0) raw.assign(l.begin(), l.end());
-        const int32_t token = r.argmax_only ? device_argmax : r.sampler.sample(l, r.history);
+        const int32_t token = r.argmax_only ? argmax[this_row] : r.sampler.sample(l, r.history);
         GenerationEvent ev;
         if (r.request.logprobs >= 0) fill_logprobs(raw, token, r.request.logprobs, ev);
         ev.token = token;

@@ -153,7 +153,10 @@ class CudaKvPool final : public KvPool {
 void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries,
               const float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax) {
   const int64_t R = int64_t(row_entries.size());
-  logits.resize(size_t(R * vocab));
+  // Only rows that come back need room; all-greedy steps (the common case) leave logits alone.
+  const bool all_greedy = argmax && std::all_of(row_entries.begin(), row_entries.end(),
+                                                [&](size_t e) { return entries[e].greedy; });
+  if (!all_greedy) logits.resize(size_t(R * vocab));
   if (argmax && R > 0) {
     pool.ensure_argmax(R);
     m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
