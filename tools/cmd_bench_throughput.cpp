@@ -111,6 +111,10 @@ void run(ThroughputOptions o) {
   fmt::print("Engine: {:.1f} GB/s achieved by the cost model's bytes over step time ({:.1f}% of the steps' wall time "
              "busy)\n",
              gbs, 100 * s.busy_seconds_total / seconds);
+  // Host-only time inside steps is time the device idles (forward_batch waits for the device).
+  fmt::print("Engine: {:.3f} s in forward passes ({:.1f}% of wall), {:.3f} s of host-only step time ({:.1f}%)\n",
+             s.forward_seconds_total, 100 * s.forward_seconds_total / seconds, s.host_seconds_total,
+             100 * s.host_seconds_total / seconds);
   KILN_CHECK(failed == 0, internal, "{} requests failed", failed);
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", target.label},
@@ -134,7 +138,9 @@ void run(ThroughputOptions o) {
                         {"peak_kv_blocks_used", peak_blocks.load()},
                         {"preemptions", s.preemptions_total},
                         {"achieved_gbs", gbs},
-                        {"busy_fraction", s.busy_seconds_total / seconds}};
+                        {"busy_fraction", s.busy_seconds_total / seconds},
+                        {"forward_seconds", s.forward_seconds_total},
+                        {"host_step_seconds", s.host_seconds_total}};
     std::ofstream(o.json) << j.dump(2) << "\n";
   }
 }
@@ -166,6 +172,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--seed", o->seed, "Seed for prompts and sampling")->capture_default_str();
   add_engine_options(cmd, o->engine, o->kv_cache_mb);
   cmd->add_option("--json", o->json, "Write the results as JSON");
+  cmd->add_option("--step-trace", o->engine.step_trace_path, "Write one CSV line per engine step (where its time goes)");
   cmd->callback([o] { run(*o); });
 }
 

@@ -35,6 +35,9 @@ struct EngineOptions {
   int32_t target_batch_size = 1;
   size_t max_waiting = 4096;                // queued requests beyond this: submit throws unavailable
   std::vector<int32_t> end_of_generation;   // ids that end a request (EOS, end-of-turn), unless ignore_eos
+  // When set, one CSV line per step goes to this file (where a step's wall time goes: scheduling,
+  // batch building, the forward, sampling, bookkeeping), for finding host time between forwards.
+  std::string step_trace_path;
 };
 
 struct GenerationRequest {
@@ -86,6 +89,10 @@ struct EngineStats {
   double last_step_bytes = 0;
   double bytes_total = 0;
   double busy_seconds_total = 0;  // wall time of all steps
+  // Of which inside Backend::forward_batch (the device's work, with its launches and the wait for
+  // it); the rest of a step is host-only time during which the device idles.
+  double forward_seconds_total = 0;
+  double host_seconds_total = 0;  // scheduling, batch building, sampling, bookkeeping of all steps
 };
 
 class Engine {

@@ -110,7 +110,9 @@ class Backend {
   // sequences: the result for each is what forward() on that sequence alone would give (up to the
   // floating-point order of a batched matmul; see docs on batch invariance).
   // With `argmax` non-null it gets one id per logits row (the largest logit, the lowest id on
-  // ties, NaN never), and rows of greedy entries may be left unfilled in `logits`.
+  // ties, NaN never), and rows of greedy entries may be left unfilled in `logits`; when every
+  // entry with want_logits is greedy, `logits` may be left at any size (the CUDA backend does not
+  // resize it: growing a vector to 2048 rows of 128k floats zero-fills 1 GB on the host).
   void forward_batch(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
                      std::vector<int32_t>* argmax = nullptr);
   // Whether forward_batch draws the tokens of entries with `sampling` set itself (then `argmax`

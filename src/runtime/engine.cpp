@@ -5,12 +5,15 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+
+#include <fmt/core.h>
 
 #include "backend/backend.h"
 #include "core/check.h"
@@ -87,6 +90,9 @@ struct Engine::Impl {
   std::unordered_map<int64_t, std::unique_ptr<Live>> live;
   std::vector<float> logits;  // reused every step: a batch of 256 rows of 128k floats is 128 MB
   std::vector<int32_t> argmax;
+  // The step trace (EngineOptions::step_trace_path), CSV, one line per step.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace{nullptr, &std::fclose};
+  Clock::time_point last_step_end = Clock::now();
   std::thread loop;
 
   Impl(Backend& b, EngineOptions o) : backend(b), options(std::move(o)) {}
@@ -152,12 +158,14 @@ struct Engine::Impl {
   }
 
   void step() {
+    const auto t_begin = Clock::now();
     const StepPlan plan = scheduler->schedule();
     std::vector<SampledToken> sampled;
     // Events go out after the scheduler and the stats have taken the step in, so a client that
     // sees its request finish also sees its KV blocks freed in stats() (and in /metrics).
     std::vector<std::pair<Live*, GenerationEvent>> events;
     const auto t0 = Clock::now();
+    auto t_fwd0 = t0, t_fwd1 = t0;
     if (!plan.empty()) {
       std::vector<BatchEntry> entries;
       entries.reserve(plan.chunks.size());
@@ -173,21 +181,25 @@ struct Engine::Impl {
         }
         entries.push_back(e);
       }
+      t_fwd0 = Clock::now();
       backend.forward_batch(*pool, entries, logits, &argmax);
+      t_fwd1 = Clock::now();
       const size_t vocab = size_t(backend.config().vocab_size);
       size_t row = 0;
       for (const ScheduledChunk& c : plan.chunks) {
         if (!c.needs_logits) continue;
-        std::span<float> l(logits.data() + row * vocab, vocab);
-        const int32_t device_argmax = argmax[row];
-        ++row;
+        const size_t this_row = row++;
         Live& r = *live.at(c.id);
+        // A row whose token was chosen on the device (greedy, or device sampling) may not have its
+        // logits on the host at all (Backend::forward_batch).
+        const bool drawn = r.argmax_only || entries[size_t(&c - plan.chunks.data())].sampling != nullptr;
+        std::span<float> l;
+        if (!drawn) l = std::span<float>(logits.data() + this_row * vocab, vocab);
         // Logprobs describe the model's distribution: taken from the row before the sampler
         // applies penalties and temperature to it.
         std::vector<float> raw;
         if (r.request.logprobs >= 0) raw.assign(l.begin(), l.end());
-        const bool drawn = r.argmax_only || entries[&c - plan.chunks.data()].sampling != nullptr;
-        const int32_t token = drawn ? device_argmax : r.sampler.sample(l, r.history);
+        const int32_t token = drawn ? argmax[this_row] : r.sampler.sample(l, r.history);
         GenerationEvent ev;
         if (r.request.logprobs >= 0) fill_logprobs(raw, token, r.request.logprobs, ev);
         ev.token = token;
@@ -202,7 +214,8 @@ struct Engine::Impl {
         events.emplace_back(&r, std::move(ev));
       }
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto t_sampled = Clock::now();
+    const double seconds = std::chrono::duration<double>(t_sampled - t0).count();
     double bytes = 0;
     if (!plan.empty()) {
       std::vector<profile::SeqShape> shapes;
@@ -212,14 +225,33 @@ struct Engine::Impl {
       bytes = profile::batch_cost(backend.config(), shapes, int64_t(sampled.size()), widths).bytes;
     }
     const std::vector<FinishedRequest> finished = scheduler->on_step_done(sampled);
-    record_step(plan, sampled.size(), seconds, bytes);
+    const auto t_done = Clock::now();
+    const double forward_s = secs(t_fwd0, t_fwd1), total_s = secs(t_begin, t_done);
+    record_step(plan, sampled.size(), seconds, bytes, forward_s, total_s - forward_s);
     for (auto& [r, ev] : events) r->on_event(ev);
     for (const FinishedRequest& f : finished) retire(f.id);
+    if (trace) {
+      const auto t_end = Clock::now();
+      // step, chunks, decode tokens, prefill tokens, sampled rows, then milliseconds: since the
+      // previous step ended (loop, intake), schedule, batch building, forward, sampling + cost
+      // model, on_step_done, events + retire.
+      fmt::print(trace.get(), "{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f}\n", stats.steps_total,
+                 plan.chunks.size(), plan.stats.decode_tokens, plan.stats.prefill_tokens, sampled.size(),
+                 1e3 * secs(last_step_end, t_begin), 1e3 * secs(t_begin, t0), 1e3 * secs(t0, t_fwd0),
+                 1e3 * forward_s, 1e3 * secs(t_fwd1, t_sampled), 1e3 * secs(t_sampled, t_done),
+                 1e3 * secs(t_done, t_end));
+      last_step_end = t_end;
+    }
   }
 
-  void record_step(const StepPlan& plan, size_t n_sampled, double seconds, double bytes) {
+  static double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+  void record_step(const StepPlan& plan, size_t n_sampled, double seconds, double bytes, double forward_s,
+                   double host_s) {
     std::lock_guard lock(mutex);
     ++stats.steps_total;
+    stats.forward_seconds_total += forward_s;
+    stats.host_seconds_total += host_s;
     stats.prompt_tokens_total += plan.stats.prefill_tokens;
     stats.generation_tokens_total += int64_t(n_sampled);
     stats.last_step_seqs = plan.stats.num_seqs;
@@ -302,6 +334,12 @@ Engine::Engine(Backend& backend, EngineOptions options) : impl_(std::make_unique
   m.scheduler = std::make_unique<Scheduler>(sc);
   m.pool = backend.new_kv_pool(blocks, o.block_size);
   m.end_ids.insert(o.end_of_generation.begin(), o.end_of_generation.end());
+  if (!o.step_trace_path.empty()) {
+    m.trace.reset(std::fopen(o.step_trace_path.c_str(), "w"));
+    KILN_CHECK(m.trace != nullptr, invalid_argument, "cannot write the step trace {}", o.step_trace_path);
+    fmt::print(m.trace.get(), "step,chunks,decode_tokens,prefill_tokens,sampled,gap_ms,schedule_ms,build_ms,"
+                              "forward_ms,sample_ms,step_done_ms,events_ms\n");
+  }
   m.stats.kv_blocks_total = blocks;
   m.stats.block_size = o.block_size;
   m.stats.max_model_len = m.max_model_len;

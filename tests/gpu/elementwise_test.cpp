@@ -1,4 +1,8 @@
 // Embedding gather, (fused add +) RMSNorm, RoPE with the cache write, SwiGLU against the CPU ops.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include "backend/cpu/ops.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/elementwise.h"
@@ -139,6 +143,53 @@ TEST(GpuElementwise, SiluMul) {
     cuda::silu_mul(d.data(), out.data(), rows, inter, nullptr);
     EXPECT_LT(rel_error(from_device_bf16(out), ref), kTolBf16Out) << "inter " << inter;
   }
+}
+
+// rope_qkv_slots on a batched step (n >= 64 tokens, full-width rotation) takes the vectorized
+// kernel; below 64 tokens the per-token one. The same tokens through both (one call of 300 tokens
+// vs calls of 37 / 64-token pieces) must write the same bits to q and to the slot-mapped K/V.
+TEST(GpuElementwise, RopeQkvSlotsVectorizedEqualsPerTokenKernel) {
+  KILN_REQUIRE_GPU();
+  for (bool interleaved : {false, true})
+    for (int head_dim : {64, 128}) {
+      SCOPED_TRACE(testing::Message() << "interleaved " << interleaved << " d " << head_dim);
+      const int heads = 8, kv_heads = 2;
+      const int64_t n = 300, n_slots = 512, q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
+      const int64_t row = q_dim + 2 * kv_dim;
+      auto dqkv = to_device_bf16(random_bf16_values(size_t(n * row), 19));
+      std::vector<int32_t> pos(n), slots(n);
+      for (int64_t i = 0; i < n; ++i) {
+        pos[size_t(i)] = int32_t(7 * i % 1500);
+        slots[size_t(i)] = int32_t((i * 131 + 5) % n_slots);  // distinct: 131 is odd, n_slots a power of 2
+      }
+      std::vector<float> inv(size_t(head_dim / 2));
+      for (int i = 0; i < head_dim / 2; ++i) inv[size_t(i)] = std::pow(500000.0f, -2.0f * float(i) / float(head_dim));
+      DeviceBuffer<int32_t> dpos(pos), dslots(slots);
+      DeviceBuffer<float> dinv(inv);
+      DeviceBuffer<float2> table(size_t(1000 * head_dim / 2));  // positions past 1000 computed
+      cuda::rope_table_fill(table.data(), 1000, dinv.data(), head_dim, nullptr);
+      std::vector<float> got[2][3];  // (vectorized, pieces) x (q, k, v)
+      for (int way = 0; way < 2; ++way) {
+        DeviceBuffer<bf16> dq(size_t(n * q_dim)), kc(size_t(n_slots * kv_dim)), vc(kc.size());
+        dq.poison();
+        kc.poison();
+        vc.poison();
+        const cuda::KvLayout kv{kc.data(), vc.data(), 0, kv_dim, head_dim};
+        const int64_t piece = way == 0 ? n : 37;
+        for (int64_t t0 = 0; t0 < n; t0 += piece) {
+          const int64_t m = std::min(piece, n - t0);
+          cuda::rope_qkv_slots(dqkv.data() + t0 * row, dpos.data() + t0, dslots.data() + t0, m, dinv.data(), head_dim,
+                               interleaved, heads, kv_heads, head_dim, dq.data() + t0 * q_dim, kv, nullptr,
+                               table.data(), 1000);
+        }
+        got[way][0] = from_device_bf16(dq);
+        got[way][1] = from_device_bf16(kc);
+        got[way][2] = from_device_bf16(vc);
+      }
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(0, std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)))
+            << "q, k, v"[size_t(3 * i)];
+    }
 }
 
 }  // namespace

@@ -294,6 +294,32 @@ void check_splitk(const SplitCase& c, SplitWorkspace& sw, int version, int split
 // Every row count of the list on odd N / K (K % 8 == 0 but not a multiple of 32 or 64: ragged last
 // step; K = 64: one wgmma step, so no split is possible; K = 37: the scalar path), forced splits 1,
 // 2, 3, 7 and the auto choice, the default (wgmma partials on sm_90a) and the mma.sync v2 partials.
+// The wgmma GEMMs' add_f32 epilogue reads the residual in batches (epilogue_add.cuh); mode 3 is the
+// same add through the general loop (what KILN_GEMM_ADD_BATCHED=0 selects). Both must agree bit
+// for bit: the same sums in the same order. Whole blocks (o / down at M = 2048) and edge blocks
+// (M = 333, N = 4500), on every persistent configuration and v4.
+TEST(GpuMatmul, GemmBatchedAddEpilogueIsBitIdentical) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(4)) GTEST_SKIP() << "the batched epilogue is in the wgmma GEMMs (sm_90a)";
+  const cuda::OutMode serial = cuda::OutMode(3);
+  for (Shape s : {Shape{2048, 4096, 4096}, Shape{2048, 4096, 1024}, Shape{333, 4500, 1000}}) {
+    SplitCase c(s, s.m == 333, 81, /*with_ref=*/s.m == 333);
+    for (int v : {0, 4, 5, 6, 7, 8, 9}) {
+      if (v > cuda::gemm_versions()) continue;
+      SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " K=" << s.k << " v" << v);
+      auto run = [&](cuda::OutMode mode) {
+        return run_out(c, cuda::OutMode::add_f32, [&](void* y) {
+          cuda::gemm_version(v, c.dx.data(), c.dw.data(), c.bias ? c.db.data() : nullptr, y, mode, s.m, s.n, s.k,
+                             nullptr);
+        });
+      };
+      const std::vector<float> batched = run(cuda::OutMode::add_f32), general = run(serial);
+      EXPECT_EQ(0, std::memcmp(batched.data(), general.data(), batched.size() * sizeof(float)));
+      if (s.m == 333) expect_close(c, cuda::OutMode::add_f32, batched);
+    }
+  }
+}
+
 TEST(GpuMatmul, SplitKOddShapes) {
   KILN_REQUIRE_GPU();
   SplitWorkspace sw;

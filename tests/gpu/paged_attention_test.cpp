@@ -239,5 +239,57 @@ TEST(GpuPagedAttention, RejectsBadPagedLayout) {
   EXPECT_THROW(cuda::attention_prefill(q.data(), kv, out.data(), 20, 0, 4, 2, 64, nullptr), Error);
 }
 
+// The varlen launch (every chunk's query tiles in one grid, in any order) must give each chunk
+// exactly what its own launch gives: the same tiles run the same code.
+TEST(GpuPagedAttention, PrefillVarlenEqualsPerChunkLaunchesBitwise) {
+  KILN_REQUIRE_GPU();
+  const std::vector<std::pair<int64_t, int64_t>> chunks = {{128, 0}, {1, 0}, {65, 63}, {3, 190}, {200, 17}, {64, 0}};
+  for (Case cs : {Case{8, 2, 64}, Case{32, 8, 128}, Case{7, 1, 128}}) {
+    SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d);
+    const int64_t kv_dim = int64_t(cs.kv_heads) * cs.d, q_row = int64_t(cs.heads) * cs.d;
+    std::vector<int64_t> lens, row0;
+    int64_t M = 0;
+    for (auto [n_q, q_start] : chunks) {
+      lens.push_back(n_q + q_start);
+      row0.push_back(M);
+      M += n_q;
+    }
+    PagedKv pkv(lens, 16, kv_dim, 61);
+    const cuda::KvLayout kv = pkv.layout(cs.d);
+    auto dq = to_device_bf16(random_bf16_values(size_t(M * q_row), 62, 2.0f));
+    DeviceBuffer<bf16> out_chunks(size_t(M * q_row)), out_varlen(size_t(M * q_row));
+    out_chunks.poison();
+    out_varlen.poison();
+    std::vector<cuda::PrefillTile> tiles;
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      const auto [n_q, q_start] = chunks[j];
+      cuda::attention_prefill(dq.data() + row0[j] * q_row, cuda::kv_row_view(kv, int64_t(j)),
+                              out_chunks.data() + row0[j] * q_row, n_q, q_start, cs.heads, cs.kv_heads, cs.d, nullptr);
+      for (int64_t q0 = 0; q0 < n_q; q0 += cuda::kPrefillTileRows)
+        tiles.push_back({int32_t(row0[j] + q0), int32_t(n_q - q0), int32_t(q_start + q0), int32_t(j)});
+    }
+    std::reverse(tiles.begin(), tiles.end());  // any order
+    ASSERT_EQ(tiles.size(), 2u + 1 + 2 + 1 + 4 + 1);
+    DeviceBuffer<int32_t> dtiles(std::span<const int32_t>(reinterpret_cast<const int32_t*>(tiles.data()), 4 * tiles.size()));
+    ASSERT_TRUE(cuda::attention_prefill_varlen_ok(dq.data(), kv, out_varlen.data(), cs.d));
+    cuda::attention_prefill_varlen(dq.data(), kv, out_varlen.data(),
+                                   reinterpret_cast<const cuda::PrefillTile*>(dtiles.data()), int64_t(tiles.size()),
+                                   cs.heads, cs.kv_heads, cs.d, nullptr);
+    EXPECT_EQ(from_device_bf16(out_varlen), from_device_bf16(out_chunks));
+  }
+}
+
+TEST(GpuPagedAttention, PrefillVarlenNeedsPagedAlignedInputs) {
+  KILN_REQUIRE_GPU();
+  PagedKv pkv({100}, 16, 2 * 64, 71);
+  auto dq = to_device_bf16(random_bf16_values(size_t(100 * 8 * 64), 72));
+  DeviceBuffer<bf16> out(size_t(100 * 8 * 64));
+  const cuda::KvLayout kv = pkv.layout(64);
+  EXPECT_TRUE(cuda::attention_prefill_varlen_ok(dq.data(), kv, out.data(), 64));
+  EXPECT_FALSE(cuda::attention_prefill_varlen_ok(dq.data() + 1, kv, out.data(), 64));  // unaligned q
+  cuda::KvLayout contig{pkv.dk.data(), pkv.dv.data(), 0, 2 * 64, 64};
+  EXPECT_FALSE(cuda::attention_prefill_varlen_ok(dq.data(), contig, out.data(), 64));  // contiguous K/V
+}
+
 }  // namespace
 }  // namespace kiln::gputest

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -203,6 +204,45 @@ TEST(Engine, DrainWaitsForRunningRequestsThenRefusesNewOnes) {
   EXPECT_EQ(finished.load(), 4);
   expect_error([&] { engine.submit(greedy({1}, 1), [](const GenerationEvent&) {}); }, "shutting down",
                Errc::unavailable);
+}
+
+TEST(Engine, StepTraceHasOneLinePerStepAndStatsSplitForwardFromHostTime) {
+  ThreadPool threads(2);
+  auto backend = test::tiny_backend(threads);
+  EngineOptions o;
+  o.num_kv_blocks = 64;
+  o.max_num_seqs = 4;
+  o.max_batched_tokens = 8;
+  o.step_trace_path = ::testing::TempDir() + "kiln_step_trace.csv";
+  // The first step waits for both requests (else it may start with the first one alone).
+  o.batch_wait = std::chrono::milliseconds(10000);
+  o.target_batch_size = 2;
+  int64_t steps = 0;
+  EngineStats s;
+  {
+    Engine engine(*backend, o);
+    // 2 prompts of 6 tokens, budget 8: step 1 = prompt 0 + 2 tokens of prompt 1, step 2 = decode 0 +
+    // the last 4 of prompt 1, then decodes until each has 3 tokens (request 1 one step later).
+    const auto results = generate_all_blocking(engine, {greedy(prompt_of(0, 6), 3), greedy(prompt_of(1, 6), 3)});
+    EXPECT_EQ(results[0].tokens.size(), 3u);
+    s = engine.stats();
+    steps = s.steps_total;
+  }
+  EXPECT_EQ(steps, 4);
+  EXPECT_GT(s.forward_seconds_total, 0);
+  EXPECT_GE(s.host_seconds_total, 0);
+  std::FILE* f = std::fopen(o.step_trace_path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::vector<std::string> lines;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f)) lines.emplace_back(buf);
+  std::fclose(f);
+  ASSERT_EQ(lines.size(), size_t(steps) + 1);
+  EXPECT_EQ(lines[0].rfind("step,chunks,decode_tokens,prefill_tokens,sampled,", 0), 0u);
+  EXPECT_EQ(lines[1].rfind("1,2,0,8,1,", 0), 0u) << lines[1];  // prompt 0 whole, 2 tokens of prompt 1
+  EXPECT_EQ(lines[2].rfind("2,2,1,4,2,", 0), 0u) << lines[2];
+  EXPECT_EQ(lines[3].rfind("3,2,2,0,2,", 0), 0u) << lines[3];
+  EXPECT_EQ(lines[4].rfind("4,1,1,0,1,", 0), 0u) << lines[4];  // request 0 ended after its 3rd token
 }
 
 }  // namespace

@@ -24,6 +24,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 
@@ -49,19 +51,32 @@ int64_t pow2_at_least(int64_t n) {
   return b;
 }
 
-// Offsets (in int32s) of the packed step metadata; segments start 16-byte aligned.
+// Offsets (in int32s) of the packed step metadata; segments start 16-byte aligned. T: prefill
+// query tiles (cuda::PrefillTile, 4 int32 each) of the one varlen prefill attention launch.
 struct MetaLayout {
-  int64_t tokens = 0, positions = 0, slots = 0, kv_len = 0, rows = 0, table = 0, total = 0;
-  MetaLayout(int64_t M, int64_t n_dec, int64_t R, int64_t E, int64_t S) {
+  int64_t tokens = 0, positions = 0, slots = 0, kv_len = 0, rows = 0, tiles = 0, table = 0, total = 0;
+  MetaLayout(int64_t M, int64_t n_dec, int64_t R, int64_t E, int64_t S, int64_t T = 0) {
     auto up = [](int64_t v) { return (v + 3) / 4 * 4; };
     positions = tokens + up(M);
     slots = positions + up(M);
     kv_len = slots + up(M);
     rows = kv_len + up(n_dec);
-    table = rows + up(R);
+    tiles = rows + up(R);
+    table = tiles + 4 * T;
     total = table + E * S;
   }
 };
+
+// The prefill chunks of a mixed step go to attention in one varlen launch (cuda::
+// attention_prefill_varlen) rather than one launch per chunk; KILN_PREFILL_VARLEN=0 keeps the
+// per-chunk launches (for comparison).
+bool prefill_varlen_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_PREFILL_VARLEN");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
 
 class CudaKvPool final : public KvPool {
  public:
@@ -207,13 +222,18 @@ int64_t plan_sampling(CudaKvPool& pool, std::span<const BatchEntry> entries, con
 void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries,
               float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax) {
   const int64_t R = int64_t(row_entries.size());
-  logits.resize(size_t(R * vocab));
   auto on_device = [&](int64_t r) {
     const BatchEntry& b = entries[row_entries[size_t(r)]];
     return argmax && (b.greedy || b.sampling);
   };
-  bool sampled = false;
-  for (int64_t r = 0; r < R && argmax; ++r) sampled |= entries[row_entries[size_t(r)]].sampling != nullptr;
+  // Only rows that come back need room; steps whose rows are all chosen on the device (the common
+  // case) leave logits alone (resizing zero-fills up to a GB on the host while the GPU idles).
+  bool all_on_device = true, sampled = false;
+  for (int64_t r = 0; r < R; ++r) {
+    all_on_device &= on_device(r);
+    sampled |= argmax && entries[row_entries[size_t(r)]].sampling != nullptr;
+  }
+  if (!all_on_device) logits.resize(size_t(R * vocab));
   if (argmax && R > 0) {
     pool.ensure_argmax(R);
     if (sampled) {
@@ -257,6 +277,7 @@ struct StepPlan {
   std::vector<int64_t> row0;   // first activation row of order[k]
   std::vector<int32_t> logit_rows;  // rows of the wanted entries' last tokens, in entry order
   int64_t n_dec = 0, M = 0, S = 1, max_dec_len = 0;
+  int64_t n_tiles = 0;  // query tiles of the prefill chunks (cuda::kPrefillTileRows rows each)
 };
 
 StepPlan plan_step(std::span<const BatchEntry> entries, int64_t bs) {
@@ -275,6 +296,7 @@ StepPlan plan_step(std::span<const BatchEntry> entries, int64_t bs) {
     p.M += n;
     p.S = std::max(p.S, (end + bs - 1) / bs);
     if (n == 1) p.max_dec_len = std::max(p.max_dec_len, end);
+    if (int64_t(k) >= p.n_dec) p.n_tiles += (n + cuda::kPrefillTileRows - 1) / cuda::kPrefillTileRows;
   }
   for (size_t e = 0; e < entries.size(); ++e)
     if (entries[e].want_logits)
@@ -410,8 +432,13 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   const ModelConfig& c = m.c;
   const int64_t E = int64_t(entries.size()), R = int64_t(p.logit_rows.size()), vocab = c.vocab_size;
   const int64_t q_dim = c.q_dim(), H = c.hidden_size;
-  const MetaLayout ml(p.M, p.n_dec, R, E, p.S);
   pool.ensure_rows(c, p.M, m.act_quant_cols());
+  // The check reads only the pool's addresses and that a table is set (meta may not exist yet).
+  static const int32_t probe_table = 0;
+  const bool varlen = p.n_tiles > 0 && prefill_varlen_enabled() &&
+                      cuda::attention_prefill_varlen_ok(pool.act.q, pool.layer(0, &probe_table, 1), pool.act.attn,
+                                                        int(c.head_dim));
+  const MetaLayout ml(p.M, p.n_dec, R, E, p.S, varlen ? p.n_tiles : 0);
   if (p.n_dec > 0)
     pool.ensure_workspace(cuda::decode_workspace_floats(p.n_dec, int(c.n_heads), int(c.head_dim), p.max_dec_len));
   pool.ensure_meta(ml.total);
@@ -434,6 +461,22 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     write_table_row(pool, b, b.first_position + n, h + ml.table + int64_t(k) * p.S, p.S);
   }
   std::copy(p.logit_rows.begin(), p.logit_rows.end(), h + ml.rows);
+  profile::Cost prefill_cost;
+  if (varlen) {
+    // Every prefill chunk cut into query tiles, those that read the most K/V first (fewer
+    // stragglers in the last wave).
+    auto* tiles = reinterpret_cast<cuda::PrefillTile*>(h + ml.tiles);
+    int64_t t = 0;
+    for (size_t k = size_t(p.n_dec); k < p.order.size(); ++k) {
+      const BatchEntry& b = entries[p.order[k]];
+      const int64_t n = int64_t(b.tokens.size());
+      for (int64_t q0 = 0; q0 < n; q0 += cuda::kPrefillTileRows)
+        tiles[t++] = {int32_t(p.row0[k] + q0), int32_t(n - q0), int32_t(b.first_position + q0), int32_t(k)};
+      prefill_cost += profile::attention(n, b.first_position, c);
+    }
+    auto kv_end = [](const cuda::PrefillTile& x) { return x.q_start + std::min(x.rows, cuda::kPrefillTileRows); };
+    std::stable_sort(tiles, tiles + t, [&](const auto& x, const auto& y) { return kv_end(x) > kv_end(y); });
+  }
   KILN_CUDA_CHECK(cudaMemcpyAsync(pool.meta.data(), h, size_t(ml.total) * 4, cudaMemcpyHostToDevice, m.s()));
 
   const cuda_backend::Activations& a = pool.act;
@@ -452,6 +495,13 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
                                                       p.max_dec_len),
                                p.n_dec, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
       });
+    }
+    if (varlen) {
+      m.op("attention.prefill", prefill_cost, [&] {
+        cuda::attention_prefill_varlen(a.q, kv, a.attn, reinterpret_cast<const cuda::PrefillTile*>(meta + ml.tiles),
+                                       p.n_tiles, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+      });
+      return;
     }
     for (size_t k = size_t(p.n_dec); k < p.order.size(); ++k) {
       const BatchEntry& b = entries[p.order[k]];

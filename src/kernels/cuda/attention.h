@@ -43,6 +43,25 @@ bool attention_prefill_wgmma_ok(const bf16* q, KvLayout kv, const bf16* out, int
 bool attention_prefill_wgmma(int version, const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start,
                              int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
 
+// Many paged prefill chunks in one launch (a continuous-batching step holds one chunk per newly
+// admitted prompt: 60 chunks of 128 tokens in an 8192-token step were 60 launches a layer, each
+// of 2 x n_heads blocks, a fraction of a wave). The caller cuts every chunk into query tiles of
+// kPrefillTileRows rows and passes one PrefillTile each (device memory); tile i runs exactly as
+// the per-chunk version 2 launch runs that tile (bit-identical results): query rows row0 ..
+// row0 + min(rows, kPrefillTileRows) - 1 of q / out (rows of n_heads * head_dim), at positions
+// q_start ..., against cache positions 0 .. q_start + that count - 1, read through block-table row
+// table_row. Needs what version 2 needs (attention_prefill_varlen_ok): paged K/V, 16-byte aligned.
+constexpr int kPrefillTileRows = 64;
+struct PrefillTile {
+  int32_t row0;       // first query row of the tile
+  int32_t rows;       // query rows of the chunk from row0 on (the tile takes at most 64)
+  int32_t q_start;    // position of row0
+  int32_t table_row;  // block-table row of the chunk's sequence
+};
+bool attention_prefill_varlen_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
+void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
+                              int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
+
 // Flash-decoding: one query token for each of `batch` sequences, q(batch, n_heads, head_dim);
 // sequence b attends to cache positions 0 .. kv_len[b] - 1 (kv_len in device memory, so a captured
 // graph replays with new lengths). max_kv_len bounds kv_len and fixes the grid: P split blocks per

@@ -129,21 +129,35 @@ __global__ void __launch_bounds__(kWarps * 32)
 // ---- tensor-core path ----
 constexpr int kMmaWarps = 4, kMmaThreads = kMmaWarps * 32, kMmaTileQ = kMmaWarps * 16;
 static_assert(kMmaTileQ == attn::kTileKv, "the Q tile is staged in a K buffer");
+static_assert(kMmaTileQ == kPrefillTileRows, "varlen tiles are the kernel's query tiles");
 
 template <int D>
 constexpr size_t mma_smem_bytes() {
   return size_t(4) * attn::kTileKv * D * sizeof(bf16);  // 2 stages x (K, V)
 }
 
-template <int D, bool kPaged>
+// kVarlen (paged only): blockIdx.y indexes `tiles`, one PrefillTile per 64-row query tile of many
+// chunks; the block then runs as a one-tile launch of that chunk (q, out, n_q, q_start and the
+// table row replaced by the tile's), so each tile computes exactly what the per-chunk launch does.
+template <int D, bool kPaged, bool kVarlen = false>
 __global__ void __launch_bounds__(kMmaThreads, D == 128 ? 2 : 3)
     prefill_mma_kernel(const bf16* __restrict__ q, KvLayout kv, bf16* __restrict__ out, int n_q, int q_start,
-                       int n_heads, int group, int d, float scale_log2) {
+                       int n_heads, int group, int d, float scale_log2, const PrefillTile* __restrict__ tiles = nullptr) {
   using namespace attn;
   extern __shared__ uint4 smem_raw[];
   bf16* const sm = reinterpret_cast<bf16*>(smem_raw);
   const int h = blockIdx.x, kvh = h / group;
-  const int q0 = (int(gridDim.y) - 1 - int(blockIdx.y)) * kMmaTileQ;  // longest tiles first
+  int q0_ = (int(gridDim.y) - 1 - int(blockIdx.y)) * kMmaTileQ;  // longest tiles first
+  if constexpr (kVarlen) {
+    const PrefillTile t = tiles[blockIdx.y];
+    q += int64_t(t.row0) * n_heads * d;
+    out += int64_t(t.row0) * n_heads * d;
+    n_q = t.rows;
+    q_start = t.q_start;
+    kv.block_table += int64_t(t.table_row) * kv.bt_stride;
+    q0_ = 0;
+  }
+  const int q0 = q0_;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int rows = min(kMmaTileQ, n_q - q0);
   const int kv_end = q_start + q0 + rows;  // keys the block's last row sees
@@ -237,6 +251,22 @@ void launch_prefill_mma(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int6
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+// One launch for every tile: grid (heads, tiles), the tiles in the caller's order (longest first
+// keeps the tail short).
+template <int D>
+void launch_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
+                           int n_heads, int group, int head_dim, cudaStream_t stream) {
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<D, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(mma_smem_bytes<D>())));
+  });
+  const dim3 grid{unsigned(n_heads), unsigned(n_tiles)};
+  prefill_mma_kernel<D, true, true><<<grid, kMmaThreads, mma_smem_bytes<D>(), stream>>>(
+      q, kv, out, 0, 0, n_heads, group, head_dim, attn::kLog2e / sqrtf(float(head_dim)), tiles);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 namespace {
@@ -321,6 +351,24 @@ bool attention_prefill_version(int version, const bf16* q, KvLayout kv, bf16* ou
     default:
       return false;
   }
+}
+
+bool attention_prefill_varlen_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
+  return kv.paged() && mma_ok(q, kv, out, head_dim);
+}
+
+void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
+                              int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
+  check_prefill_args(kv, 0, 0, n_heads, n_kv_heads, head_dim);
+  KILN_CUDA_REQUIRE(attention_prefill_varlen_ok(q, kv, out, head_dim),
+                    "attention_prefill_varlen: needs paged K/V and 16-byte aligned q, out, K/V and strides");
+  KILN_CUDA_REQUIRE(n_tiles < 65536, "attention_prefill_varlen: at most 65535 tiles a launch");
+  if (n_tiles == 0) return;
+  const int group = n_heads / n_kv_heads;
+  if (head_dim <= 64)
+    launch_prefill_varlen<64>(q, kv, out, tiles, n_tiles, n_heads, group, head_dim, stream);
+  else
+    launch_prefill_varlen<128>(q, kv, out, tiles, n_tiles, n_heads, group, head_dim, stream);
 }
 
 void attention_prefill(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int64_t q_start, int n_heads,

@@ -37,7 +37,9 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
 // The paged form: the same rotation, and K/V of token t written by slot into the pool
 // (pool.k/pool.v: this layer's (num_blocks + 1, block_size, n_kv_heads, head_dim) arrays, see
 // kv_layout.h) at row slots[t] = block * block_size + position % block_size (the slot mapping,
-// computed on the host from the block tables). The block table in `pool` is not used.
+// computed on the host from the block tables). The block table in `pool` is not used. From 64
+// tokens on, with rot_dim == head_dim, head_dim % 16 == 0 and 16-byte aligned buffers, a
+// vectorized kernel runs (bit-identical results; KILN_ROPE_VEC=0 turns it off).
 void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* slots, int64_t n, const float* inv_freq,
                     int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout pool,
                     cudaStream_t stream, const float2* cos_sin = nullptr, int64_t cos_sin_positions = 0);

@@ -55,7 +55,7 @@
 #include <atomic>
 
 #include "backend/cuda/cuda_check.h"
-#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/epilogue_add.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/wgmma_ptx.cuh"
 
@@ -154,8 +154,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     wgmma_wait<0>();
     fence_acc<ACC>(acc);
 
-    // Epilogue straight from registers (epilogue.cuh).
-    store_acc_block<BN>(acc, tid, m0 + c * 64, n0, bias, y, mode, M, N);
+    // Epilogue straight from registers (epilogue_add.cuh: add_f32 with its reads batched).
+    store_acc_block_batched<BN>(acc, tid, m0 + c * 64, n0, bias, y, mode, M, N);
   }
 #else
   __trap();  // not built for sm_90a: the host never launches this (gemm_wgmma_available)
@@ -242,6 +242,7 @@ bool gemm_wgmma_splitk(const bf16* x, const bf16* w, float* partials, int64_t M,
 bool gemm_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
                 int64_t K, cudaStream_t stream) {
   if (!wgmma_shape_ok(x, w, M, N, K)) return false;
+  mode = wgmma_epilogue_mode(mode);
   DeviceInfo dev = device_info();
   if (!dev.ok) return false;
   // 128x256 tiles when they make at least one full wave, else 128x128 (twice the blocks).

@@ -60,7 +60,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
-#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/epilogue_add.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/wgmma_ptx.cuh"
 
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       } else {
 #pragma unroll
         for (int h = 0; h < MH; ++h)
-          store_acc_block<BN>(acc + h * (BN / 2), tid, m0 + (C::PP ? h : c) * 64, n0, bias, y, mode, M, N);
+          store_acc_block_batched<BN>(acc + h * (BN / 2), tid, m0 + (C::PP ? h : c) * 64, n0, bias, y, mode, M, N);
       }
     }
     // The last tile's boxes must be out of shared memory before the block exits.
@@ -299,6 +299,7 @@ int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K) {
 bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
                            int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
   if (!wgmma_shape_ok(x, w, M, N, K)) return false;
+  mode = wgmma_epilogue_mode(mode);
   if (ceil_div(M, P_BM) * ceil_div(N, 128) >= (int64_t(1) << 31)) return false;  // int tile indices
   const int sms = device_sms();
   if (sms <= 0) return false;
