@@ -63,6 +63,20 @@ void bench_decode_q8(KvQuant f, const std::vector<DeviceBuffer<bf16>>& ks, const
   const double bytes = 2.0 * double(elems) + 2.0 * double(n_scales) * 4, flops = 4.0 * batch * len * heads * d;
   const double ms = time_ms([&](int i) { run(size_t(i)); });
   record("attention", shape, i8 ? "q8-int8" : "q8-fp8", ms, bytes, flops, copy_gbs, err);
+  for (int v : {1, 2, 3}) {  // each version (attention_decode_q8.cu), validated the same way
+    if (!i8) break;
+    auto run_v = [&](size_t i) {
+      return attention_decode_q8_version(v, q.data(), lay[i % copies], dlen.data(), len, out.data(), wsv, batch, heads,
+                                         kv_heads, d, nullptr);
+    };
+    out.poison();
+    if (!run_v(0)) continue;
+    cuda_synchronize();
+    const double err_v = rel_error(to_float(out), ref);
+    if (!(err_v < 2e-2)) std::printf("VALIDATION FAILED: decode q8 v%d %s err %.3e\n", v, shape, err_v);
+    record("attention", shape, "q8-int8 v" + std::to_string(v), time_ms([&](int i) { run_v(size_t(i)); }), bytes, flops,
+           copy_gbs, err_v);
+  }
   if (i8) {
     const double ms10 = time_ms([&](int i) {
       for (int j = 0; j < 10; ++j) run(size_t(10 * i + j));

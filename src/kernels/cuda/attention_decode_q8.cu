@@ -12,10 +12,13 @@
 //    each) and their 32 scales (4-byte copies); 4 stages (2 x 64 x 128 bytes x 4 = 64 KB in flight
 //    per block at head_dim 128, against the bf16 kernel's 3 stages of 32 KB).
 //  * The bytes become bf16 without their scale (kvq::bytes_to_bf16x2: exact for int8 and e4m3,
-//    integer and bf16x2 operations only) in a per-warp swizzled bf16 tile, read by the same ldmatrix
-//    / mma.sync code as the bf16 kernel. The scales are applied in fp32 where they are per key: each
-//    score column is multiplied by its key's K scale, and each probability by its key's V scale
-//    before it is rounded to bf16 for P.V (the softmax sum uses the unscaled probability).
+//    integer and bf16x2 operations only): V into a per-warp swizzled bf16 tile for ldmatrix.trans,
+//    K straight into the mma B fragments (version 2, the default) or also through a bf16 tile
+//    (version 1). The scales are applied in fp32 per key (attention_q8_tile.cuh).
+//  * Versions: 1 = bf16 K tile, 4 stages; 2 = K in registers, 5 stages in the same shared memory
+//    (2 blocks per SM either way); 3 = K in registers, 3 stages, 3 blocks per SM (more warps, fewer
+//    tiles in flight each). The kernel lab times all three; KILN_ATTN_Q8=1|3 makes 1 or 3 the
+//    default where it is built (head_dim 128, contiguous, int8), for end-to-end comparisons.
 // Numerics against the CPU reference (fake-quantized K/V in fp32): the same bytes and scales; the
 // scores are q . (byte * scale) there and scale * (q . byte) here, and P * v_scale is rounded to
 // bf16 where the bf16 kernel rounds P and v -- errors of the bf16 kernel's size.
@@ -31,6 +34,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_mma.h"
+#include "kernels/cuda/attention_q8_tile.cuh"
 #include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/pdl.cuh"
@@ -39,8 +43,10 @@ namespace kiln::cuda {
 namespace {
 
 using attn::kTileKv;
-constexpr int kThreads = 128, kRows = 16, kWarpKeys = 16;  // 4 warps x 16 keys = one 64-position tile
-constexpr int kStages = 4;
+using attn_q8::kWarpKeys;  // 4 warps x 16 keys = one 64-position tile
+constexpr int kThreads = 128, kRows = 16;
+constexpr int kDefaultVersion = 2;
+constexpr int stages_of(int version) { return version == 1 ? 4 : version == 2 ? 5 : 3; }
 
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(attn::smem_u32(dst)), "l"(src),
@@ -57,114 +63,26 @@ __device__ __forceinline__ Split q8_split(int len, int P, int split) {
   return Split{split < T ? (T - split + P - 1) / P : 0, split * kTileKv, P * kTileKv, len, min(P, T)};
 }
 
-// Shared memory: q (16, D) bf16, then per warp kStages x [K bytes (16, D) | V bytes (16, D) | 16 K
-// scales | 16 V scales] and the converted bf16 K and V tiles (16, D) each.
-template <int D>
+// Shared memory: q (16, D) bf16, then per warp stages x [K bytes (16, D) | V bytes (16, D) | 16 K
+// scales | 16 V scales] and the converted bf16 tiles (16, D): V, and K in version 1.
+template <int D, int kV>
 struct Q8Smem {
+  static constexpr int kStages = stages_of(kV);
   static constexpr int kRaw = 2 * kWarpKeys * D + 2 * kWarpKeys * 4;
-  static constexpr int kWarp = kStages * kRaw + 2 * kWarpKeys * D * 2;
+  static constexpr int kWarp = kStages * kRaw + (kV == 1 ? 2 : 1) * kWarpKeys * D * 2;
   static constexpr size_t kBytes = size_t(kRows) * D * 2 + 4 * size_t(kWarp);
   static_assert(kRaw % 16 == 0 && kWarp % 16 == 0);
 };
 
-// One warp: 16 query rows against its 16 keys (n_keys of them real), online softmax; sk / sv: the
-// keys' scales. attention_mma.h's attend_tile with the scales applied (see the file comment).
-template <int D, bool kMask>
-__device__ __forceinline__ void attend_q8(const uint32_t (&qf)[D / 16][4], const bf16* ks, const bf16* vs,
-                                          const float* sk, const float* sv, int n_keys, float (&m)[2], float (&l)[2],
-                                          float (&o)[D / 8][4], float scale_log2) {
-  using namespace attn;
-  const int lane = threadIdx.x % 32, t = lane & 3;
-  float s[2][4];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-  {
-    const int key_in = (lane & 7) + ((lane >> 4) << 3), chunk_in = (lane >> 3) & 1;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t b[4];
-      ldmatrix_x4(b, ks + swz<D>(key_in, kk * 2 + chunk_in));
-      mma_bf16(s[0], qf[kk], b[0], b[1]);
-      mma_bf16(s[1], qf[kk], b[2], b[3]);
-    }
-  }
-  // s[j][e] is key 8 j + 2 t + (e & 1).
-  float kscale[2][2], vscale[2][2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const float2 k2 = *reinterpret_cast<const float2*>(sk + 8 * j + 2 * t);
-    const float2 v2 = *reinterpret_cast<const float2*>(sv + 8 * j + 2 * t);
-    kscale[j][0] = k2.x, kscale[j][1] = k2.y, vscale[j][0] = v2.x, vscale[j][1] = v2.y;
-  }
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[j][e] *= kscale[j][e & 1];
-      if (kMask && 8 * j + 2 * t + (e & 1) >= n_keys) s[j][e] = -INFINITY;
-    }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float mx = m[i];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;
-    const float corr = exp2f(m[i] * scale_log2 - base);
-    m[i] = mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      s[j][2 * i] = exp2f(fmaf(s[j][2 * i], scale_log2, -base));
-      s[j][2 * i + 1] = exp2f(fmaf(s[j][2 * i + 1], scale_log2, -base));
-      sum += s[j][2 * i] + s[j][2 * i + 1];
-    }
-    l[i] = l[i] * corr + sum;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[n][2 * i] *= corr, o[n][2 * i + 1] *= corr;
-  }
-  uint32_t a[4];
-  a[0] = pack_bf16(s[0][0] * vscale[0][0], s[0][1] * vscale[0][1]);
-  a[1] = pack_bf16(s[0][2] * vscale[0][0], s[0][3] * vscale[0][1]);
-  a[2] = pack_bf16(s[1][0] * vscale[1][0], s[1][1] * vscale[1][1]);
-  a[3] = pack_bf16(s[1][2] * vscale[1][0], s[1][3] * vscale[1][1]);
-  const int key_in = (lane & 7) + (((lane >> 3) & 1) << 3), chunk_in = lane >> 4;
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-    uint32_t b[4];
-    ldmatrix_x4_trans(b, vs + swz<D>(key_in, n * 2 + chunk_in));
-    mma_bf16(o[2 * n], a, b[0], b[1]);
-    mma_bf16(o[2 * n + 1], a, b[2], b[3]);
-  }
-}
-
-// Bytes (a warp's 16 rows, row-major, D bytes a row) -> the swizzled bf16 tile: this lane's chunks.
-template <int D, KvQuant F>
-__device__ __forceinline__ void convert_rows(const uint8_t* raw, bf16* tile) {
-  constexpr int kCh = D / 16, kPer = kWarpKeys * kCh / 32;
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int it = 0; it < kPer; ++it) {
-    const int i = it * 32 + lane, r = i / kCh, c = i % kCh;
-    const uint4 w = *reinterpret_cast<const uint4*>(raw + i * 16);
-    uint4 lo, hi;
-    kvq::bytes_to_bf16x2<F>(w.x, lo.x, lo.y);
-    kvq::bytes_to_bf16x2<F>(w.y, lo.z, lo.w);
-    kvq::bytes_to_bf16x2<F>(w.z, hi.x, hi.y);
-    kvq::bytes_to_bf16x2<F>(w.w, hi.z, hi.w);
-    *reinterpret_cast<uint4*>(tile + attn::swz<D>(r, 2 * c)) = lo;
-    *reinterpret_cast<uint4*>(tile + attn::swz<D>(r, 2 * c + 1)) = hi;
-  }
-}
-
-template <int D, bool kPaged, KvQuant F>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int D, bool kPaged, KvQuant F, int kV>
+__global__ void __launch_bounds__(kThreads, kV == 3 ? 3 : 2)
     decode_q8_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len, DecodeWorkspace ws,
                      bf16* __restrict__ out, int n_heads, int group, int head_groups, int d, int ws_splits,
                      float scale_log2) {
   using namespace attn;
-  using Smem = Q8Smem<D>;
+  using namespace attn_q8;
+  using Smem = Q8Smem<D, kV>;
+  constexpr int kStages = Smem::kStages;
   constexpr int kCh = D / 16, kPer = kWarpKeys * kCh / 32;  // 16-byte chunks of a row; per lane per tile
   extern __shared__ uint4 smem_raw[];
   bf16* const qs = reinterpret_cast<bf16*>(smem_raw);
@@ -182,8 +100,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto raw_k = [&](int st) { return reinterpret_cast<uint8_t*>(wbase + st * Smem::kRaw); };
   auto raw_v = [&](int st) { return raw_k(st) + kWarpKeys * D; };
   auto raw_s = [&](int st) { return reinterpret_cast<float*>(raw_k(st) + 2 * kWarpKeys * D); };
-  bf16* const ck = reinterpret_cast<bf16*>(wbase + kStages * Smem::kRaw);
-  bf16* const cv = ck + kWarpKeys * D;
+  bf16* const cv = reinterpret_cast<bf16*>(wbase + kStages * Smem::kRaw);
+  [[maybe_unused]] bf16* const ck = cv + kWarpKeys * D;  // version 1 only
 
   auto tile_pos = [&](int tile) { return sp.pos0 + tile * sp.step; };
   auto fresh = [&](int tile) { return tile_pos(tile) + min(kTileKv, sp.end - tile_pos(tile)) >= len; };
@@ -219,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         off = kv.slot_quant_index(slot_of(it, p0 + r), kvh) * kv.head_dim;
       else
         off = kv.quant_index_as<false>(b, p0 + r, kvh) * kv.head_dim;
-      cp_async16(raw_k(st) + i * 16, ok ? kv.k8 + off + c * 16 : kv.k8, ok);
+      cp_async16(raw_k(st) + (r * kCh + kchunk<D, kV == 1 ? 1 : 2>(r, c)) * 16, ok ? kv.k8 + off + c * 16 : kv.k8, ok);
       cp_async16(raw_v(st) + i * 16, ok ? kv.v8 + off + c * 16 : kv.v8, ok);
     }
     const int r = lane & 15;
@@ -258,7 +176,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   cp_async_wait<0>();
   __syncthreads();  // q is shared by the 4 warps
   uint32_t qf[D / 16][4];
-  load_q_frags<D>(qf, qs, 0);
+  if constexpr (kV == 1)
+    load_q_frags<D>(qf, qs, 0);
+  else
+    load_q_frags_perm<D>(qf, qs);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -273,13 +194,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit();
     const int st = tile % kStages, n = warp_keys(tile);
     if (n <= 0) continue;
-    convert_rows<D, F>(raw_k(st), ck);
+    if constexpr (kV == 1) convert_rows<D, F>(raw_k(st), ck);
     convert_rows<D, F>(raw_v(st), cv);
     __syncwarp();
-    if (n >= kWarpKeys)
-      attend_q8<D, false>(qf, ck, cv, raw_s(st), raw_s(st) + kWarpKeys, n, m, l, o, scale_log2);
-    else
-      attend_q8<D, true>(qf, ck, cv, raw_s(st), raw_s(st) + kWarpKeys, n, m, l, o, scale_log2);
+    const float *sk = raw_s(st), *sv = sk + kWarpKeys;
+    if constexpr (kV == 1) {
+      if (n >= kWarpKeys)
+        attend_q8<D, false>(qf, ck, cv, sk, sv, n, m, l, o, scale_log2);
+      else
+        attend_q8<D, true>(qf, ck, cv, sk, sv, n, m, l, o, scale_log2);
+    } else {
+      if (n >= kWarpKeys)
+        attend_q8_kreg<D, F, false>(qf, raw_k(st), cv, sk, sv, n, m, l, o, scale_log2);
+      else
+        attend_q8_kreg<D, F, true>(qf, raw_k(st), cv, sk, sv, n, m, l, o, scale_log2);
+    }
   }
 
   // Merge the 4 warps through shared memory (reusing the warp areas), as attention_decode.cu.
@@ -388,14 +317,14 @@ __global__ void __launch_bounds__(kAttnMaxHeadDim)
 
 constexpr int kMaxCombineSplits = 4096;
 
-template <int D, bool kPaged, KvQuant F>
+template <int D, bool kPaged, KvQuant F, int kV>
 void launch_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out, DecodeWorkspace ws,
                int64_t batch, int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
   static std::once_flag configured;
   static int resident_blocks = 0;
   static bool pdl_ok = false;
-  constexpr auto kernel = decode_q8_kernel<D, kPaged, F>;
-  constexpr size_t smem = Q8Smem<D>::kBytes;
+  constexpr auto kernel = decode_q8_kernel<D, kPaged, F, kV>;
+  constexpr size_t smem = Q8Smem<D, kV>::kBytes;
   std::call_once(configured, [] {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int dev = 0, sms = 0, per_sm = 0, major = 0;
@@ -445,9 +374,11 @@ void launch_q8_format(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t
                       DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                       cudaStream_t stream) {
   if (kv.quant == KvQuant::int8)
-    launch_q8<D, kPaged, KvQuant::int8>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
+    launch_q8<D, kPaged, KvQuant::int8, kDefaultVersion>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                                         head_dim, stream);
   else
-    launch_q8<D, kPaged, KvQuant::fp8>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
+    launch_q8<D, kPaged, KvQuant::fp8, kDefaultVersion>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                                        head_dim, stream);
 }
 
 }  // namespace
@@ -455,6 +386,12 @@ void launch_q8_format(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t
 void attention_decode_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
                          DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream) {
+  attention_decode_q8_version(0, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
+}
+
+bool attention_decode_q8_version(int version, const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len,
+                                 bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads,
+                                 int head_dim, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(kv.quantized() && kv_quant_supported(head_dim) && kv.head_dim == head_dim,
                     "attention_decode_q8: needs a quantized KV layout and head_dim % 16 == 0, <= 128");
   KILN_CUDA_REQUIRE(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads must be a multiple of n_kv_heads");
@@ -462,7 +399,27 @@ void attention_decode_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int6
                         kv.head_dim % 16 == 0,
                     "attention_decode_q8: q, out and the K/V bytes must be 16-byte aligned");
   KILN_CUDA_REQUIRE(batch < 65536, "attention: batch too large");
-  if (batch == 0) return;
+  static const int env_version = [] {
+    const char* e = std::getenv("KILN_ATTN_Q8");
+    const int v = e ? std::atoi(e) : 0;
+    return v == 1 || v == 3 ? v : 0;
+  }();
+  const bool asked = version != 0;
+  if (!asked) version = env_version;
+  if (version == 1 || version == 3) {  // the comparisons: head_dim 128, contiguous, int8 only
+    const bool ok = head_dim > 64 && !kv.paged() && kv.quant == KvQuant::int8;
+    if (!ok && asked) return false;
+    if (ok) {
+      if (batch > 0 && version == 1)
+        launch_q8<128, false, KvQuant::int8, 1>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                                head_dim, stream);
+      if (batch > 0 && version == 3)
+        launch_q8<128, false, KvQuant::int8, 3>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
+                                                head_dim, stream);
+      return true;
+    }
+  }
+  if (batch == 0) return true;
   KILN_CUDA_REQUIRE(max_kv_len < (int64_t(1) << 31), "attention: max_kv_len too large");
   KILN_CUDA_REQUIRE(!kv.paged() || (kv.block_shift >= 0 && kv.block_shift <= 20 && kv.bt_stride > 0),
                     "attention: bad paged KV layout (block_size must be a power of two)");
@@ -477,6 +434,7 @@ void attention_decode_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int6
     else
       launch_q8_format<128, false>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
   }
+  return true;
 }
 
 }  // namespace kiln::cuda
