@@ -26,10 +26,10 @@
 //    paged:      i = kv_head * scale_head_stride + slot
 // its scale is k_scale[i] and its bytes k8[i * head_dim ..] (quant_index_as). So one head's
 // consecutive positions are consecutive in memory (a paged block of 16 positions: 16 x head_dim
-// bytes in one run): with the position-major order of the bf16 cache, a 64-position decode tile
-// of one head is 64 runs of 128 bytes 1 KB apart, and the decode kernel read them at half the
-// bf16 kernel's bandwidth -- its time followed the number of runs, not the bytes (PERFORMANCE.md,
-// session 5). pos_stride and seq_stride are unused in this form.
+// bytes in one run), and a decode warp's 16 rows are one 2 KB run instead of 16 runs of 128 bytes
+// 1 KB apart. (Measured: the same decode times as the position-major order of the bf16 cache --
+// the kernel is not limited by its access pattern, PERFORMANCE.md session 5 -- kept because it
+// makes bytes and scales one index.) pos_stride and seq_stride are unused in this form.
 // Only the kernels of kv_quant.h and attention_decode_q8 read or write this form; the bf16
 // kernels take k == nullptr as a misuse and the backend never hands them a quantized layout.
 #pragma once
