@@ -74,8 +74,8 @@ void bench_decode_q8(KvQuant f, const std::vector<DeviceBuffer<bf16>>& ks, const
     cuda_synchronize();
     const double err_v = rel_error(to_float(out), ref);
     if (!(err_v < 2e-2)) std::printf("VALIDATION FAILED: decode q8 v%d %s err %.3e\n", v, shape, err_v);
-    record("attention", shape, "q8-int8 v" + std::to_string(v), time_ms([&](int i) { run_v(size_t(i)); }), bytes, flops,
-           copy_gbs, err_v);
+    const char* label[] = {"", "q8-int8 v1", "q8-int8 v2", "q8-int8 v3"};
+    record("attention", shape, label[v], time_ms([&](int i) { run_v(size_t(i)); }), bytes, flops, copy_gbs, err_v);
   }
   if (i8) {
     const double ms10 = time_ms([&](int i) {
