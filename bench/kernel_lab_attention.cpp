@@ -11,6 +11,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "kernel_lab.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/random_fill.h"
 #include "profile/cost_model.h"
 
@@ -21,6 +22,68 @@ using namespace kiln::cuda;
 namespace {
 // Prefill FLOPs as FlashAttention counts causal attention: 2 products of 2 S^2 H d, halved.
 double causal_flops(int64_t n, int heads, int d) { return 4.0 * double(n) * double(n) / 2 * heads * d; }
+
+// The quantized cache's decode (attention_decode_q8, session 5) on the bf16 bench's K/V copies
+// quantized per (position, KV head); validated against the bf16 kernel's output on the unquantized
+// values (so the error shown is the quantization's); GB/s on the bytes read (1 a value, 4 a scale).
+void bench_decode_q8(KvQuant f, const std::vector<DeviceBuffer<bf16>>& ks, const std::vector<DeviceBuffer<bf16>>& vs,
+                     int64_t batch, int64_t len, int heads, int kv_heads, int d, const DeviceBuffer<bf16>& q,
+                     const DeviceBuffer<int32_t>& dlen, DecodeWorkspace wsv, const std::vector<float>& ref,
+                     const char* shape, double copy_gbs) {
+  const int64_t kv_dim = int64_t(kv_heads) * d, elems = batch * len * kv_dim, n_scales = batch * len * kv_heads;
+  const size_t copies = ks.size();
+  std::vector<DeviceBuffer<uint8_t>> k8, v8;
+  std::vector<DeviceBuffer<float>> sc;
+  std::vector<KvLayout> lay;
+  for (size_t i = 0; i < copies; ++i) {
+    k8.emplace_back(size_t(elems));
+    v8.emplace_back(size_t(elems));
+    sc.emplace_back(size_t(2 * n_scales));
+    KvLayout kv{nullptr, nullptr, len * kv_dim, kv_dim, d};
+    kv.quant = f;
+    kv.k8 = k8.back().data();
+    kv.v8 = v8.back().data();
+    kv.k_scale = sc.back().data();
+    kv.v_scale = sc.back().data() + n_scales;
+    kv.scale_seq_stride = int64_t(kv_heads) * len;
+    kv.scale_head_stride = len;
+    kv_quantize(ks[i].data(), batch, len, kv_heads, kv, false, nullptr);
+    kv_quantize(vs[i].data(), batch, len, kv_heads, kv, true, nullptr);
+    lay.push_back(kv);
+  }
+  DeviceBuffer<bf16> out(q.size());
+  auto run = [&](size_t i) {
+    attention_decode_q8(q.data(), lay[i % copies], dlen.data(), len, out.data(), wsv, batch, heads, kv_heads, d, nullptr);
+  };
+  run(0);
+  cuda_synchronize();
+  const double err = rel_error(to_float(out), ref);
+  const bool i8 = f == KvQuant::int8;
+  if (!(err < (i8 ? 2e-2 : 8e-2))) std::printf("VALIDATION FAILED: decode q8 %s err %.3e\n", shape, err);
+  const double bytes = 2.0 * double(elems) + 2.0 * double(n_scales) * 4, flops = 4.0 * batch * len * heads * d;
+  const double ms = time_ms([&](int i) { run(size_t(i)); });
+  record("attention", shape, i8 ? "q8-int8" : "q8-fp8", ms, bytes, flops, copy_gbs, err);
+  for (int v : {1, 2, 3}) {  // each version (attention_decode_q8.cu), validated the same way
+    if (!i8) break;
+    auto run_v = [&](size_t i) {
+      return attention_decode_q8_version(v, q.data(), lay[i % copies], dlen.data(), len, out.data(), wsv, batch, heads,
+                                         kv_heads, d, nullptr);
+    };
+    out.poison();
+    if (!run_v(0)) continue;
+    cuda_synchronize();
+    const double err_v = rel_error(to_float(out), ref);
+    if (!(err_v < 2e-2)) std::printf("VALIDATION FAILED: decode q8 v%d %s err %.3e\n", v, shape, err_v);
+    const char* label[] = {"", "q8-int8 v1", "q8-int8 v2", "q8-int8 v3"};
+    record("attention", shape, label[v], time_ms([&](int i) { run_v(size_t(i)); }), bytes, flops, copy_gbs, err_v);
+  }
+  if (i8) {
+    const double ms10 = time_ms([&](int i) {
+      for (int j = 0; j < 10; ++j) run(size_t(10 * i + j));
+    }, 20, 2) / 10;
+    record("attention", shape, "q8-int8 x10", ms10, bytes, flops, copy_gbs, err);
+  }
+}
 }  // namespace
 
 // The wgmma prefill (version 3/4) checked on a small case against version 2 before anything is
@@ -117,6 +180,8 @@ void bench_attention(double copy_gbs) {
                          nullptr);
     }, 20, 2) / 10;
     record("attention", shape, "kiln x10", ms10, bytes, flops, copy_gbs, 0);
+    for (KvQuant f : {KvQuant::int8, KvQuant::fp8})
+      bench_decode_q8(f, ks, vs, batch, len, heads, kv_heads, d, q, dlen, wsv, ref, shape, copy_gbs);
   }
   // Paged decode: the same shapes over a pool of 16-token blocks in shuffled order (what the
   // continuous-batching engine reads), validated bit for bit against the contiguous kernel on the

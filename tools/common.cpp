@@ -37,8 +37,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
 
 void add_kv_cache_option(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--kv-cache", o.kv_cache,
-                  "KV cache format: bf16, int8 or fp8 (int8/fp8: one scale per token and KV head; "
-                  "default: the backend's own, fp32 on the CPU, bf16 on CUDA)");
+                  "KV cache format: bf16, int8 or fp8 (int8/fp8: one byte a value and one scale per token and KV "
+                  "head, about half the bf16 bytes on CUDA; default: the backend's own, fp32 on the CPU, bf16 on CUDA)");
 }
 
 void apply_kv_cache_option(Backend& backend, const ModelOptions& o) {

@@ -94,7 +94,7 @@ class Backend {
   KvCacheFormat kv_cache_format() const { return kv_cache_format_; }
 
   // Bytes of KV cache one token takes (all layers, K and V): what a pool of N blocks costs.
-  int64_t kv_bytes_per_token() const;
+  virtual int64_t kv_bytes_per_token() const;
   virtual int64_t kv_bytes_per_element() const { return 2; }  // 4 for fp32 (CPU), 2 for bf16 (CUDA)
   // How many blocks of block_size tokens fit in `budget_bytes`.
   int32_t kv_blocks_for_budget(int64_t budget_bytes, int32_t block_size) const;

@@ -46,22 +46,42 @@ DeviceBuffer<bf16> upload_bf16(std::initializer_list<const HostMatrix*> parts) {
 
 class CudaKvSequence final : public KvSequence {
  public:
-  CudaKvSequence(const ModelConfig& c, int64_t capacity)
+  // quant != none: K/V as bytes with per-(position, KV head) scales (kv_layout.h), k and v empty.
+  CudaKvSequence(const ModelConfig& c, int64_t capacity, cuda::KvQuant quant_)
       : KvSequence(capacity),
-        k(size_t(c.n_layers * capacity * c.kv_dim())),
+        quant(quant_),
+        k(quant_ == cuda::KvQuant::none ? size_t(c.n_layers * capacity * c.kv_dim()) : 0),
         v(k.size()),
+        k8(quant_ != cuda::KvQuant::none ? size_t(c.n_layers * capacity * c.kv_dim()) : 0),
+        v8(k8.size()),
+        k_scale(quant_ != cuda::KvQuant::none ? size_t(c.n_layers * c.n_kv_heads * capacity) : 0),
+        v_scale(k_scale.size()),
         workspace(size_t(cuda::decode_workspace_floats(1, int(c.n_heads), int(c.head_dim), capacity))) {}
   ~CudaKvSequence() override {
     if (graph) cudaGraphExecDestroy(graph);
   }
   void advance(int64_t n) { n_past_ += n; }
   cuda::KvLayout layer(const ModelConfig& c, int64_t l) const {
-    int64_t per_layer = capacity_ * c.kv_dim();
-    return cuda::KvLayout{k.data() + l * per_layer, v.data() + l * per_layer, per_layer * c.n_layers, c.kv_dim(),
-                          int(c.head_dim)};
+    const int64_t per_layer = capacity_ * c.kv_dim();
+    if (quant == cuda::KvQuant::none)
+      return cuda::KvLayout{k.data() + l * per_layer, v.data() + l * per_layer, per_layer * c.n_layers, c.kv_dim(),
+                            int(c.head_dim)};
+    cuda::KvLayout out{nullptr, nullptr, per_layer * c.n_layers, c.kv_dim(), int(c.head_dim)};
+    const int64_t scales_per_layer = c.n_kv_heads * capacity_;  // (n_kv_heads, capacity) per layer
+    out.quant = quant;
+    out.k8 = k8.data() + l * per_layer;
+    out.v8 = v8.data() + l * per_layer;
+    out.k_scale = k_scale.data() + l * scales_per_layer;
+    out.v_scale = v_scale.data() + l * scales_per_layer;
+    out.scale_seq_stride = scales_per_layer * c.n_layers;
+    out.scale_head_stride = capacity_;
+    return out;
   }
 
+  cuda::KvQuant quant;
   DeviceBuffer<bf16> k, v;          // (n_layers, capacity, n_kv_heads, head_dim) each
+  DeviceBuffer<uint8_t> k8, v8;     // quantized: the same shape in bytes
+  DeviceBuffer<float> k_scale, v_scale;  // quantized: (n_layers, n_kv_heads, capacity)
   DeviceBuffer<float> workspace;    // flash-decoding partials, sized for the capacity
   cudaGraphExec_t graph = nullptr;  // the captured decode step of this sequence
 };
@@ -79,14 +99,22 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   const int32_t* tokens = a.ints;
   const int32_t* positions = a.ints + C;
   const int32_t* kv_len = a.ints + 2 * C;
-  // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok).
-  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }};
+  // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok); with a
+  // quantized cache only gate/up is fused (FusedDecode::qkv).
+  const bool quantized = seq.quant != cuda::KvQuant::none;
+  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized};
   const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,
       [&](int64_t l) {
         const cuda::KvLayout kv = seq.layer(c, l);
-        if (!fused) {
+        if (quantized) {
+          m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
+            cuda::rope_qkv_quant(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
+                                 c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
+                                 int(c.head_dim), a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
+          });
+        } else if (!fused) {
           m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
             cuda::rope_qkv(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
                            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
@@ -95,15 +123,20 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
         }
         if (n == 1) {
           // start is for the analytic count only; the kernel reads the length from kv_len (graph replay)
-          m.op("attention.decode", profile::attention(1, start, c), [&] {
-            cuda::attention_decode(a.q, kv, kv_len, seq.capacity(), a.attn,
-                                   cuda::decode_workspace(seq.workspace.data(), 1, int(c.n_heads), int(c.head_dim),
-                                                          seq.capacity()),
-                                   1, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+          const cuda::DecodeWorkspace ws =
+              cuda::decode_workspace(seq.workspace.data(), 1, int(c.n_heads), int(c.head_dim), seq.capacity());
+          m.op("attention.decode", profile::attention(1, start, c, m.kv_widths(quantized)), [&] {
+            if (quantized)
+              cuda::attention_decode_q8(a.q, kv, kv_len, seq.capacity(), a.attn, ws, 1, int(c.n_heads),
+                                        int(c.n_kv_heads), int(c.head_dim), m.s());
+            else
+              cuda::attention_decode(a.q, kv, kv_len, seq.capacity(), a.attn, ws, 1, int(c.n_heads),
+                                     int(c.n_kv_heads), int(c.head_dim), m.s());
           });
         } else {
+          const cuda::KvLayout read = quantized ? m.dequantized(kv, 0, start + n) : kv;
           m.op("attention.prefill", profile::attention(n, start, c), [&] {
-            cuda::attention_prefill(a.q, kv, a.attn, n, start, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
+            cuda::attention_prefill(a.q, read, a.attn, n, start, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
                                     m.s());
           });
         }
@@ -283,7 +316,20 @@ const ModelConfig& CudaBackend::config() const { return impl_->c; }
 std::unique_ptr<KvSequence> CudaBackend::new_sequence(int64_t capacity) {
   KILN_CHECK(capacity > 0, invalid_argument, "KV capacity must be positive, got {}", capacity);
   KILN_CHECK(capacity < (int64_t(1) << 31), invalid_argument, "KV capacity {} is too large", capacity);
-  return std::make_unique<CudaKvSequence>(impl_->c, capacity);
+  return std::make_unique<CudaKvSequence>(impl_->c, capacity, Impl::kv_quant_of(kv_cache_format()));
+}
+
+bool CudaBackend::supports_kv_cache_format(KvCacheFormat f) const {
+  if (f == KvCacheFormat::native) return true;
+  return (f == KvCacheFormat::int8 || f == KvCacheFormat::fp8) && cuda::kv_quant_supported(int(impl_->c.head_dim));
+}
+
+int64_t CudaBackend::kv_bytes_per_element() const { return kv_cache_format() == KvCacheFormat::native ? 2 : 1; }
+
+int64_t CudaBackend::kv_bytes_per_token() const {
+  const ModelConfig& c = impl_->c;
+  const int64_t scales = kv_cache_format() == KvCacheFormat::native ? 0 : 2 * c.n_layers * c.n_kv_heads * 4;
+  return 2 * c.n_layers * c.kv_dim() * kv_bytes_per_element() + scales;
 }
 
 void CudaBackend::forward_impl(KvSequence& seq_base, std::span<const int32_t> tokens, bool all_logits,

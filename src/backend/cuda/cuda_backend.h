@@ -70,7 +70,10 @@ class CudaBackend final : public Backend {
   bool samples_on_device() const override;
   const ModelConfig& config() const override;
   std::unique_ptr<KvSequence> new_sequence(int64_t capacity) override;
-  int64_t kv_bytes_per_element() const override { return 2; }  // bf16 K/V
+  // bf16 K/V: 2 bytes a value; a quantized cache (--kv-cache int8|fp8): 1 byte a value and one fp32
+  // scale per (token, KV head), so a pool holds about twice the tokens.
+  int64_t kv_bytes_per_element() const override;
+  int64_t kv_bytes_per_token() const override;
   // block_size: a power of two (16 is the usual); the pool may be used only with this backend.
   std::unique_ptr<KvPool> new_kv_pool(int32_t num_blocks, int32_t block_size) override;
 
@@ -101,6 +104,8 @@ class CudaBackend final : public Backend {
   void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
                           std::vector<int32_t>* argmax) override;
   CudaBackend(ModelConfig config, CudaBackendOptions options, int);
+  // native (bf16), int8 and fp8 (head dims that are multiples of 16, kv_quant.h).
+  bool supports_kv_cache_format(KvCacheFormat f) const override;
   std::unique_ptr<Impl> impl_;
 };
 

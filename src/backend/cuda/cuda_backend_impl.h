@@ -23,6 +23,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv_fused.h"
+#include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/stream_hold.h"
@@ -338,6 +339,10 @@ struct CudaBackend::Impl {
     const int32_t* position = nullptr;                    // device: the token's position
     const int32_t* slot = nullptr;                        // device: its pool slot (paged), or null
     std::function<cuda::KvLayout(int64_t layer)> kv_of;  // the layer's cache (contiguous, or the pool)
+    // false: only the gate/up GEMV is fused, the qkv GEMV is plain and attend(l) does RoPE and the
+    // K/V write. A quantized cache needs this: a (token, KV head) vector's scale needs its amax, and
+    // the fused qkv GEMV spreads one head's rows over 8 blocks (PERFORMANCE.md, session 5).
+    bool qkv = true;
   };
 
   // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
@@ -353,7 +358,7 @@ struct CudaBackend::Impl {
       const cuda_backend::DeviceLayer& L = layers[size_t(l)];
       const bf16* b_qkv = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.attn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
-      if (fused) {
+      if (fused && fused->qkv) {
         const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
                                         c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
                                         int(c.n_kv_heads), int(c.head_dim), a.q, fused->kv_of(l)};
@@ -377,6 +382,40 @@ struct CudaBackend::Impl {
       }
       linear("down", a, a.h, L.w_down.view(), nullptr, a.x, OutMode::add_f32, n);
     }
+  }
+
+  // ---- the quantized KV cache (--kv-cache int8|fp8, kv_quant.h) ----
+  // How caches made from now on store K/V (set from Backend::kv_cache_format by new_sequence and
+  // new_kv_pool).
+  static cuda::KvQuant kv_quant_of(KvCacheFormat f) {
+    return f == KvCacheFormat::int8 ? cuda::KvQuant::int8 : f == KvCacheFormat::fp8 ? cuda::KvQuant::fp8 : cuda::KvQuant::none;
+  }
+  // The cost model's K/V bytes per value: 2 (bf16), or 1 + the scale's 4 bytes per head_dim values.
+  profile::Widths kv_widths(bool quantized) const {
+    profile::Widths w;
+    if (quantized) w.kv = 1.0 + 4.0 / double(c.head_dim);
+    return w;
+  }
+  // Prefill over a quantized cache: positions 0 .. end - 1 of sequence `seq` of kv (a block-table
+  // row when paged) dequantized into kv_scratch, as the contiguous bf16 layout attention_prefill
+  // reads (its wgmma version included). Prefill attention is compute-bound, so one more pass over
+  // the cached positions costs little (PERFORMANCE.md, session 5); the scratch holds one sequence
+  // of one layer and is reused layer after layer (stream order). Never called inside a graph capture.
+  DeviceBuffer<bf16> kv_scratch;  // (2, positions, kv_dim): K then V
+  cuda::KvLayout dequantized(const cuda::KvLayout& kv, int64_t seq, int64_t end) {
+    const int64_t kv_dim = c.kv_dim();
+    if (int64_t(kv_scratch.size()) < 2 * end * kv_dim) {
+      int64_t positions = 2048;
+      while (positions < end) positions *= 2;
+      KILN_CUDA_CHECK(cudaStreamSynchronize(s()));  // the old scratch may still be read
+      kv_scratch = DeviceBuffer<bf16>();
+      kv_scratch = DeviceBuffer<bf16>(size_t(2 * positions * kv_dim));
+    }
+    bf16* k = kv_scratch.data();
+    bf16* v = k + end * kv_dim;
+    const double bytes = double(end * kv_dim) * 2 * (1 + 2) + double(end * c.n_kv_heads) * 2 * 4;
+    op("kv_dequantize", profile::Cost{bytes, 0}, [&] { cuda::kv_dequantize(kv, seq, end, int(c.n_kv_heads), k, v, s()); });
+    return cuda::KvLayout{k, v, end * kv_dim, kv_dim, int(c.head_dim)};
   }
 
   // Final norm and lm_head of n_out residual rows starting at x_rows: a.logits (n_out, vocab).

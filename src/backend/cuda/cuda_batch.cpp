@@ -1,6 +1,7 @@
 // CudaBackend's continuous-batching step: the paged KV pool and forward_batch.
 //
-// Pool (CudaKvPool): one bf16 allocation, per layer K then V, each (num_blocks + 1, block_size,
+// Pool (CudaKvPool): one bf16 allocation (or, for --kv-cache int8/fp8, one of bytes and one of
+// per-(slot, KV head) fp32 scales, kv_layout.h), per layer K then V, each (num_blocks + 1, block_size,
 // n_kv_heads, head_dim); block id num_blocks is scratch (padding entries of a graph batch write
 // and read only there). Kernels address it through cuda::KvLayout's paged form (kv_layout.h).
 //
@@ -80,22 +81,42 @@ bool prefill_varlen_enabled() {
 
 class CudaKvPool final : public KvPool {
  public:
-  CudaKvPool(const void* owner_, const ModelConfig& c, int32_t num_blocks, int32_t block_size)
+  // quant != none: the pool holds bytes (kv8) and per-(slot, KV head) scales instead of bf16 (kv).
+  CudaKvPool(const void* owner_, const ModelConfig& c, int32_t num_blocks, int32_t block_size, cuda::KvQuant quant_)
       : KvPool(num_blocks, block_size),
         owner(owner_),
         head_dim(int(c.head_dim)),
+        n_kv_heads(int(c.n_kv_heads)),
         kv_dim(c.kv_dim()),
-        layer_elems((int64_t(num_blocks) + 1) * block_size * c.kv_dim()),
-        kv(size_t(2 * c.n_layers * layer_elems)) {
+        slots((int64_t(num_blocks) + 1) * block_size),
+        layer_elems(slots * c.kv_dim()),
+        quant(quant_),
+        kv(quant_ == cuda::KvQuant::none ? size_t(2 * c.n_layers * layer_elems) : 0),
+        kv8(quant_ != cuda::KvQuant::none ? size_t(2 * c.n_layers * layer_elems) : 0),
+        scales(quant_ != cuda::KvQuant::none ? size_t(2 * c.n_layers * c.n_kv_heads * slots) : 0) {
     while ((1 << block_shift) < block_size) ++block_shift;
     kv.zero();
+    kv8.zero();
+    scales.zero();
   }
   ~CudaKvPool() override { drop_graphs(); }
+  bool quantized() const { return quant != cuda::KvQuant::none; }
 
   // Layer l's K/V pool, read through `table` (rows of `stride` block ids).
   cuda::KvLayout layer(int64_t l, const int32_t* table, int64_t stride) const {
-    bf16* k = kv.data() + 2 * l * layer_elems;
-    cuda::KvLayout out{k, k + layer_elems, 0, kv_dim, head_dim};
+    cuda::KvLayout out;
+    if (quantized()) {
+      out = cuda::KvLayout{nullptr, nullptr, 0, kv_dim, head_dim};
+      out.quant = quant;
+      out.k8 = kv8.data() + 2 * l * layer_elems;
+      out.v8 = out.k8 + layer_elems;
+      out.k_scale = scales.data() + 2 * l * n_kv_heads * slots;
+      out.v_scale = out.k_scale + n_kv_heads * slots;
+      out.scale_head_stride = slots;
+    } else {
+      bf16* k = kv.data() + 2 * l * layer_elems;
+      out = cuda::KvLayout{k, k + layer_elems, 0, kv_dim, head_dim};
+    }
     out.block_table = table;
     out.bt_stride = stride;
     out.block_shift = block_shift;
@@ -138,10 +159,13 @@ class CudaKvPool final : public KvPool {
   }
 
   const void* owner;  // the CudaBackend::Impl this pool belongs to
-  int head_dim;
-  int64_t kv_dim, layer_elems;
+  int head_dim, n_kv_heads;
+  int64_t kv_dim, slots, layer_elems;
   int block_shift = 0;
+  cuda::KvQuant quant;
   DeviceBuffer<bf16> kv;  // (n_layers, 2 (K, V), num_blocks + 1, block_size, n_kv_heads, head_dim)
+  DeviceBuffer<uint8_t> kv8;    // quantized: the same shape in bytes
+  DeviceBuffer<float> scales;   // quantized: (n_layers, 2 (K, V), n_kv_heads, slots)
 
   cuda_backend::Activations act;              // (rows) activations of a step, with the gather rows
   DeviceBuffer<int32_t> meta;                 // packed step metadata (MetaLayout)
@@ -310,6 +334,36 @@ void write_table_row(const CudaKvPool& pool, const BatchEntry& b, int64_t end, i
   for (int64_t i = 0; i < S; ++i) row[i] = i < used ? b.block_table[size_t(i)] : pool.scratch_block();
 }
 
+// ---- the launches that differ between bf16 and quantized pools -----------------------------------
+
+// RoPE and the K/V write of M tokens by slot.
+void enqueue_rope_slots(Impl& m, const CudaKvPool& pool, const cuda::KvLayout& kv, const int32_t* positions,
+                        const int32_t* slots, int64_t M) {
+  const ModelConfig& c = m.c;
+  const cuda_backend::Activations& a = pool.act;
+  m.op("rope_qkv", profile::rope_qkv(M, c), [&] {
+    if (pool.quantized())
+      cuda::rope_qkv_quant(a.qkv, positions, slots, M, m.inv_freq.data(), c.rope.rot_dim,
+                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
+                           a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
+    else
+      cuda::rope_qkv_slots(a.qkv, positions, slots, M, m.inv_freq.data(), c.rope.rot_dim,
+                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
+                           a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
+  });
+}
+
+void enqueue_decode_attention(Impl& m, const cuda::KvLayout& kv, const bf16* q, const int32_t* kv_len,
+                              int64_t max_kv_len, bf16* out, const cuda::DecodeWorkspace& ws, int64_t batch) {
+  const ModelConfig& c = m.c;
+  if (kv.quantized())
+    cuda::attention_decode_q8(q, kv, kv_len, max_kv_len, out, ws, batch, int(c.n_heads), int(c.n_kv_heads),
+                              int(c.head_dim), m.s());
+  else
+    cuda::attention_decode(q, kv, kv_len, max_kv_len, out, ws, batch, int(c.n_heads), int(c.n_kv_heads),
+                           int(c.head_dim), m.s());
+}
+
 // ---- decode-only steps: padded to (B, S), graph-captured ----------------------------------------
 
 void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profile::Cost& attn_cost) {
@@ -320,24 +374,18 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
   const int64_t max_kv_len = S * pool.block_size();
   const cuda::DecodeWorkspace ws =
       cuda::decode_workspace(pool.workspace.data(), B, int(c.n_heads), int(c.head_dim), max_kv_len);
-  // One sequence (the padded batch is 1): the fused decode GEMVs, K/V written by slot.
+  // One sequence (the padded batch is 1): the fused decode GEMVs, K/V written by slot (a quantized
+  // pool: only gate/up fused, FusedDecode::qkv).
   const bool fused = B == 1 && m.fused_decode_ok();
   Impl::FusedDecode fused_decode{meta + ml.positions, meta + ml.slots,
-                                 [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }};
+                                 [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }, !pool.quantized()};
   m.enqueue_layers(
       a, meta + ml.tokens, B,
       [&](int64_t l) {
         const cuda::KvLayout kv = pool.layer(l, meta + ml.table, S);
-        if (!fused) {
-          m.op("rope_qkv", profile::rope_qkv(B, c), [&] {
-            cuda::rope_qkv_slots(a.qkv, meta + ml.positions, meta + ml.slots, B, m.inv_freq.data(), c.rope.rot_dim,
-                                 c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
-                                 int(c.head_dim), a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
-          });
-        }
+        if (!fused || pool.quantized()) enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, B);
         m.op("attention.decode", attn_cost, [&] {
-          cuda::attention_decode(a.q, kv, meta + ml.kv_len, max_kv_len, a.attn, ws, B, int(c.n_heads),
-                                 int(c.n_kv_heads), int(c.head_dim), m.s());
+          enqueue_decode_attention(m, kv, a.q, meta + ml.kv_len, max_kv_len, a.attn, ws, B);
         });
       },
       fused ? &fused_decode : nullptr);
@@ -367,7 +415,7 @@ void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries,
       h[ml.slots + i] = pool.slot(b.block_table, pos);
       h[ml.kv_len + i] = int32_t(pos + 1);
       write_table_row(pool, b, pos + 1, row, S);
-      attn_cost += profile::attention(1, pos, c);
+      attn_cost += profile::attention(1, pos, c, m.kv_widths(pool.quantized()));
     } else {
       h[ml.tokens + i] = 0;
       h[ml.positions + i] = 0;
@@ -456,7 +504,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     }
     if (int64_t(k) < p.n_dec) {
       h[ml.kv_len + int64_t(k)] = int32_t(b.first_position + 1);
-      dec_cost += profile::attention(1, b.first_position, c);
+      dec_cost += profile::attention(1, b.first_position, c, m.kv_widths(pool.quantized()));
     }
     write_table_row(pool, b, b.first_position + n, h + ml.table + int64_t(k) * p.S, p.S);
   }
@@ -483,17 +531,13 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   const int32_t* meta = pool.meta.data();
   m.enqueue_layers(a, meta + ml.tokens, p.M, [&](int64_t l) {
     const cuda::KvLayout kv = pool.layer(l, meta + ml.table, p.S);
-    m.op("rope_qkv", profile::rope_qkv(p.M, c), [&] {
-      cuda::rope_qkv_slots(a.qkv, meta + ml.positions, meta + ml.slots, p.M, m.inv_freq.data(), c.rope.rot_dim,
-                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
-                           int(c.head_dim), a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
-    });
+    enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, p.M);
     if (p.n_dec > 0) {
       m.op("attention.decode", dec_cost, [&] {
-        cuda::attention_decode(a.q, kv, meta + ml.kv_len, p.max_dec_len, a.attn,
-                               cuda::decode_workspace(pool.workspace.data(), p.n_dec, int(c.n_heads), int(c.head_dim),
-                                                      p.max_dec_len),
-                               p.n_dec, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+        enqueue_decode_attention(m, kv, a.q, meta + ml.kv_len, p.max_dec_len, a.attn,
+                                 cuda::decode_workspace(pool.workspace.data(), p.n_dec, int(c.n_heads),
+                                                        int(c.head_dim), p.max_dec_len),
+                                 p.n_dec);
       });
     }
     if (varlen) {
@@ -506,9 +550,12 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     for (size_t k = size_t(p.n_dec); k < p.order.size(); ++k) {
       const BatchEntry& b = entries[p.order[k]];
       const int64_t n = int64_t(b.tokens.size()), r0 = p.row0[k];
+      // A quantized pool: this entry's positions dequantized to a contiguous bf16 scratch first.
+      const cuda::KvLayout read = pool.quantized() ? m.dequantized(kv, int64_t(k), b.first_position + n)
+                                                   : cuda::kv_row_view(kv, int64_t(k));
       m.op("attention.prefill", profile::attention(n, b.first_position, c), [&] {
-        cuda::attention_prefill(a.q + r0 * q_dim, cuda::kv_row_view(kv, int64_t(k)), a.attn + r0 * q_dim, n,
-                                b.first_position, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+        cuda::attention_prefill(a.q + r0 * q_dim, read, a.attn + r0 * q_dim, n, b.first_position, int(c.n_heads),
+                                int(c.n_kv_heads), int(c.head_dim), m.s());
       });
     }
   });
@@ -533,7 +580,8 @@ std::unique_ptr<KvPool> CudaBackend::new_kv_pool(int32_t num_blocks, int32_t blo
              "the CUDA KV pool needs a power-of-two block size up to 1024, got {}", block_size);
   KILN_CHECK((int64_t(num_blocks) + 1) * block_size < (int64_t(1) << 31), invalid_argument,
              "a KV pool of {} blocks of {} tokens has too many slots", num_blocks, block_size);
-  return std::make_unique<CudaKvPool>(impl_.get(), impl_->c, num_blocks, block_size);
+  return std::make_unique<CudaKvPool>(impl_.get(), impl_->c, num_blocks, block_size,
+                                      Impl::kv_quant_of(kv_cache_format()));
 }
 
 void CudaBackend::forward_batch_impl(KvPool& pool_base, std::span<const BatchEntry> entries,

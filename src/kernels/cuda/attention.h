@@ -110,4 +110,17 @@ void attention_decode_fp32(const bf16* q, KvLayout kv, const int32_t* kv_len, in
 // Which decode kernel those arguments select: "mma-d64", "mma-d128" or "fp32-fallback".
 const char* attention_decode_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
 
+// attention_decode over a quantized KV cache (kv.quantized(): int8 or fp8 bytes and per-(token, KV
+// head) scales, kv_layout.h, kv_quant.h), contiguous or paged, the same contract and workspace;
+// attention_decode_q8.cu. Needs head_dim % 16 == 0 and 16-byte aligned q, out and K/V bytes.
+void attention_decode_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
+                         DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
+                         cudaStream_t stream);
+// One version on purpose (kernel lab): 0 = the default (2, or KILN_ATTN_Q8), 1 = bf16 K tile,
+// 3 = 3 stages at 3 blocks per SM (1 and 3: head_dim 128, contiguous, int8 only; false, nothing
+// launched, otherwise). attention_decode_q8.cu has the differences.
+bool attention_decode_q8_version(int version, const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len,
+                                 bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads,
+                                 int head_dim, cudaStream_t stream);
+
 }  // namespace kiln::cuda

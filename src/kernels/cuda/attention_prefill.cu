@@ -287,6 +287,7 @@ bool mma_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
 void check_prefill_args(KvLayout kv, int64_t n_q, int64_t q_start, int n_heads, int n_kv_heads, int head_dim) {
   KILN_CUDA_REQUIRE(head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim, "attention: head_dim must be a multiple of 8, <= 128");
   KILN_CUDA_REQUIRE(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads must be a multiple of n_kv_heads");
+  KILN_CUDA_REQUIRE(!kv.quantized(), "attention_prefill reads bf16 K/V: dequantize a quantized cache first (kv_dequantize)");
   KILN_CUDA_REQUIRE(q_start + n_q < (int64_t(1) << 31) && n_q < int64_t(65535) * 64, "attention: prefill too long");
   KILN_CUDA_REQUIRE(!kv.paged() || (kv.block_shift >= 0 && kv.block_shift <= 20 && kv.bt_stride > 0),
                     "attention: bad paged KV layout (block_size must be a power of two)");

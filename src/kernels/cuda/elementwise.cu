@@ -313,6 +313,7 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
               cudaStream_t stream, const float2* cos_sin, int64_t cos_sin_positions) {
   if (n == 0) return;
   KILN_CUDA_REQUIRE(!kv.paged(), "rope_qkv writes a contiguous cache; a paged pool goes through rope_qkv_slots");
+  KILN_CUDA_REQUIRE(!kv.quantized(), "rope_qkv writes a bf16 cache; a quantized one goes through rope_qkv_quant");
   launch_pdl(rope_qkv_kernel<false>, dim3(unsigned(n)), dim3(kRopeThreads), 0, stream, qkv, positions, seq_ids,
              static_cast<const int32_t*>(nullptr), inv_freq, cos_sin, cos_sin_positions, rot_dim, interleaved, n_heads,
              n_kv_heads, head_dim, q_out, kv);
@@ -324,6 +325,7 @@ void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* sl
                     cudaStream_t stream, const float2* cos_sin, int64_t cos_sin_positions) {
   if (n == 0) return;
   KILN_CUDA_REQUIRE(slots != nullptr, "rope_qkv_slots: slots are required");
+  KILN_CUDA_REQUIRE(!pool.quantized(), "rope_qkv_slots writes a bf16 pool; a quantized one goes through rope_qkv_quant");
   KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   // KILN_ROPE_VEC=0 keeps the per-token kernel (for same-run comparison).

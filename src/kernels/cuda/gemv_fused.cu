@@ -113,6 +113,7 @@ void gemv_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTa
                   cudaStream_t stream) {
   KILN_CUDA_REQUIRE(gemv_rope_kv_fusable(out.rot_dim, out.head_dim, K), "gemv_rope_kv: unsupported shape");
   KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "gemv_rope_kv: a paged pool is written by slot");
+  KILN_CUDA_REQUIRE(!out.kv.quantized(), "gemv_rope_kv writes a bf16 cache (a quantized one: qkv GEMV + rope_qkv_quant)");
   const int64_t N = int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim;
   launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out}, stream);
   KILN_CUDA_CHECK_LAUNCH();

@@ -1,0 +1,77 @@
+// Device helpers of the quantized KV cache (kv_quant.h): the per-vector scale, the byte encoding,
+// and the exact conversion of bytes to bf16 the decode kernel feeds to the tensor cores.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/kv_layout.h"
+
+namespace kiln::cuda::kvq {
+
+// scale and its inverse from the vector's amax, as quant::fake_quantize computes them (fp32, IEEE
+// division). A non-finite amax gives a NaN scale, so the vector reads back as NaN (visible), where
+// the CPU reference leaves it unquantized.
+template <KvQuant F>
+__device__ __forceinline__ void scale_of(float amax, float& scale, float& inv) {
+  if (!(amax > 0.0f) || !isfinite(amax)) {
+    scale = amax == 0.0f ? 0.0f : __int_as_float(0x7fffffff);
+    inv = 0.0f;
+    return;
+  }
+  if constexpr (F == KvQuant::int8) {
+    scale = __fdiv_rn(amax, 127.0f);
+    inv = __fdiv_rn(1.0f, scale);
+  } else {
+    scale = __fdiv_rn(amax, 448.0f);
+    inv = __fdiv_rn(448.0f, amax);
+  }
+}
+
+template <KvQuant F>
+__device__ __forceinline__ uint8_t encode(float x, float inv) {
+  const float y = __fmul_rn(x, inv);
+  if constexpr (F == KvQuant::int8) {
+    return uint8_t(int8_t(fminf(fmaxf(rintf(y), -127.0f), 127.0f)));
+  } else {
+    return uint8_t(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3));
+  }
+}
+
+// The byte's value before the scale (fp32).
+template <KvQuant F>
+__device__ __forceinline__ float decode(uint8_t b) {
+  if constexpr (F == KvQuant::int8) {
+    return float(int8_t(b));
+  } else {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
+  }
+}
+
+// Four bytes (one 32-bit word, bytes b0..b3 in memory order) -> bf16 pairs (b0, b1) and (b2, b3),
+// exactly (int8 values and every e4m3 value are bf16 numbers), with integer and bf16x2 operations
+// only: the conversion unit (I2F/F2F, 16 results per clock per SM on Hopper) would cap the decode
+// kernel below the memory bandwidth.
+//   int8: with the byte in the low half of a 16-bit lane, 0x4300 | (x & 0x7f) is the bf16 128 + (x & 0x7f)
+//         and 0x4300 | (x & 0x80) is 128 or 256; their difference is x (two's complement).
+//   fp8:  e4m3 s.eeee.mmm -> bf16 bits s.0000eeee.mmm0000 is the value times 2^-120 (subnormals
+//         included); one bf16x2 multiply by 2^120 restores it.
+template <KvQuant F>
+__device__ __forceinline__ void bytes_to_bf16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t x01 = __byte_perm(w, 0u, 0x4140), x23 = __byte_perm(w, 0u, 0x4342);
+  auto one = [](uint32_t x) {
+    __nv_bfloat162 r;
+    if constexpr (F == KvQuant::int8) {
+      const uint32_t a = (x & 0x007f007fu) | 0x43004300u, b = (x & 0x00800080u) | 0x43004300u;
+      r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+    } else {
+      const uint32_t bits = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 4), k = 0x7b807b80u;  // 2^120
+      r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), *reinterpret_cast<const __nv_bfloat162*>(&k));
+    }
+    return *reinterpret_cast<uint32_t*>(&r);
+  };
+  lo = one(x01);
+  hi = one(x23);
+}
+
+}  // namespace kiln::cuda::kvq

@@ -1,0 +1,45 @@
+// The quantized KV cache (`--kv-cache int8|fp8`, kv_layout.h's quantized form): one byte per value
+// and one fp32 scale per (token, KV head), the numerics of the CPU reference's
+// quant::fake_quantize (docs/QUANTIZATION.md):
+//   int8: scale = amax / 127, byte = clamp(rint(x / scale), -127, 127)
+//   fp8:  scale = amax / 448, byte = e4m3(x * 448 / amax) (round to nearest even, saturating)
+// over the head_dim values of each (token, KV head) vector; an all-zero vector gets scale 0.
+//
+// Who reads and writes it:
+//   rope_qkv_quant   the K/V write (RoPE, then quantize), in place of rope_qkv / rope_qkv_slots;
+//   attention_decode_q8 (attention.h) reads the 8-bit tiles directly;
+//   kv_dequantize    turns the cached positions of one sequence into a contiguous bf16 K/V
+//                    scratch for the prefill kernel (prefill is compute-bound: reading the cache
+//                    once more in bf16 costs about 1% of a prefill chunk's attention; see
+//                    docs/PERFORMANCE.md, session 5).
+// Needs head_dim % 16 == 0 (16-byte rows of bytes for cp.async), which kv_quant_supported checks.
+#pragma once
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/kv_layout.h"
+
+namespace kiln::cuda {
+
+inline bool kv_quant_supported(int head_dim) { return head_dim % 16 == 0 && head_dim <= 128; }
+
+// As rope_qkv (slots == nullptr: K/V of token t at position positions[t] of the contiguous
+// sequence 0 of kv) or rope_qkv_slots (slots set: row slots[t] of a paged pool), into a quantized
+// layout. q_out gets the rotated queries in bf16 exactly as rope_qkv writes them.
+void rope_qkv_quant(const bf16* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
+                    const float* inv_freq, int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim,
+                    bf16* q_out, KvLayout kv, cudaStream_t stream, const float2* cos_sin = nullptr,
+                    int64_t cos_sin_positions = 0);
+
+// Positions 0 .. n_pos - 1 of sequence `seq` (contiguous: sequence index; paged: block-table row)
+// of a quantized layout -> k_out, v_out (n_pos, n_kv_heads, head_dim) bf16, value = byte * scale
+// rounded to bf16.
+void kv_dequantize(KvLayout kv, int64_t seq, int64_t n_pos, int n_kv_heads, bf16* k_out, bf16* v_out,
+                   cudaStream_t stream);
+
+// bf16 K (or V, with `values`) of n_seq contiguous sequences of n_pos positions, (n_seq, n_pos,
+// n_kv_heads, head_dim) -> the contiguous quantized layout dst (kv_layout.h), with rope_qkv_quant's
+// numerics: for the kernel lab and tests, which start from a bf16 cache.
+void kv_quantize(const bf16* src, int64_t n_seq, int64_t n_pos, int n_kv_heads, KvLayout dst, bool values,
+                 cudaStream_t stream);
+
+}  // namespace kiln::cuda
