@@ -483,7 +483,8 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   pool.ensure_rows(c, p.M, m.act_quant_cols());
   // The check reads only the pool's addresses and that a table is set (meta may not exist yet).
   static const int32_t probe_table = 0;
-  const bool varlen = p.n_tiles > 0 && prefill_varlen_enabled() &&
+  // A quantized pool's chunks each read a dequantized copy of their positions (below), one launch each.
+  const bool varlen = p.n_tiles > 0 && prefill_varlen_enabled() && !pool.quantized() &&
                       cuda::attention_prefill_varlen_ok(pool.act.q, pool.layer(0, &probe_table, 1), pool.act.attn,
                                                         int(c.head_dim));
   const MetaLayout ml(p.M, p.n_dec, R, E, p.S, varlen ? p.n_tiles : 0);

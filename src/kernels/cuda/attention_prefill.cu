@@ -355,7 +355,7 @@ bool attention_prefill_version(int version, const bf16* q, KvLayout kv, bf16* ou
 }
 
 bool attention_prefill_varlen_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
-  return kv.paged() && mma_ok(q, kv, out, head_dim);
+  return kv.paged() && !kv.quantized() && mma_ok(q, kv, out, head_dim);
 }
 
 void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
