@@ -72,6 +72,7 @@ def main():
     lab = load(os.path.join(d, "kernel_lab.json")) or load(os.path.join(d, "lab_gemv.json"))
     lab_attn = load(os.path.join(d, "lab_attention.json")) or lab
     lab_quant = load(os.path.join(d, "lab_decode.json")) or lab
+    lab_gemm = load(os.path.join(d, "lab_gemm.json")) or lab
     sdpa = load(os.path.join(d, "torch_sdpa.json"))
 
     # ---- issue 6: GEMV / GEMM ----
@@ -91,7 +92,8 @@ def main():
             if base and r:
                 worst = max(worst or 0, r["us"] / base["us"])
         rep.add(6, f"GEMV {name} M=2..16 time / M=1", "<= 1.15x", worst, worst is not None and worst <= 1.15, "x")
-    gemm = [r for r in lab_rows(lab, "gemm") if r["version"] in ("kiln", "cublas")]
+    gemm = [r for r in lab_rows(lab_gemm, "gemm") if r["version"] in ("kiln", "cublas")
+            and any(f" M={m} " in r["shape"] for m in (512, 2048, 4096))]
     ratios = []
     for r in gemm:
         if r["version"] == "kiln":
