@@ -44,6 +44,7 @@
 #include <mutex>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_decode_combine.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/epilogue.cuh"
@@ -310,8 +311,6 @@ __global__ void __launch_bounds__(kAttnMaxHeadDim)
   out[(int64_t(b) * n_heads + h) * d + c] = __float2bfloat16(num / den);
 }
 
-constexpr int kMaxCombineSplits = 4096;  // the combine keeps one weight per chunk in shared memory
-
 // Defaults chosen on the H200 by the kernel lab's sweep (PERFORMANCE.md, attention decode v3).
 struct DecodeDefaults {
   int stages = 3, split_waves = 1;
@@ -344,9 +343,7 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   // Splits per (head group, sequence): enough blocks for `waves` waves of resident blocks at
   // lengths near the capacity; at shorter lengths the blocks past the last 64-position tile exit.
   const int waves = tune.split_waves > 0 ? tune.split_waves : kDecodeDefaults.split_waves;
-  const int64_t pairs = batch * n_kv_heads * head_groups;
-  const int P = int(std::clamp<int64_t>((int64_t(waves) * resident_blocks + pairs - 1) / pairs, 1,
-                                        std::clamp(ws_splits, 1, kMaxCombineSplits)));
+  const int P = decode_split_count(resident_blocks, waves, batch * n_kv_heads * head_groups, ws_splits);
   dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
   // The split kernel itself with PDL (its older K/V tiles start loading while the kernel that wrote
@@ -367,20 +364,8 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   KILN_CUDA_CHECK_LAUNCH();
   // The combine, launched while the split kernel runs when PDL is on (its launch latency hides
   // behind the split kernel; it waits on griddepcontrol.wait before reading partials).
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(n_heads), unsigned(batch));
-  cfg.blockDim = dim3(kAttnMaxHeadDim);
-  cfg.dynamicSmemBytes = size_t(P) * sizeof(float);  // the combine's chunk weights
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
   const bool pdl = pdl_ok && (tune.pdl < 0 ? kDecodeDefaults.pdl : tune.pdl != 0);
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  KILN_CUDA_CHECK(
-      cudaLaunchKernelEx(&cfg, decode_combine_mma_kernel, ws, kv_len, out, n_heads, head_dim, ws_splits, P, interleave));
-  KILN_CUDA_CHECK_LAUNCH();
+  launch_decode_combine(ws, kv_len, out, batch, n_heads, head_dim, ws_splits, P, interleave != 0, pdl, stream);
 }
 
 template <int D, bool kPaged>
@@ -402,6 +387,28 @@ void launch_decode_stages(const DecodeTuning& tune, const bf16* q, KvLayout kv, 
 }
 
 }  // namespace
+
+int decode_split_count(int64_t resident_blocks, int waves, int64_t pairs, int ws_splits) {
+  return int(std::clamp<int64_t>((int64_t(waves) * resident_blocks + pairs - 1) / pairs, 1,
+                                 std::clamp(ws_splits, 1, kMaxCombineSplits)));
+}
+
+void launch_decode_combine(DecodeWorkspace ws, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
+                           int head_dim, int ws_splits, int P, bool interleave, bool pdl, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(n_heads), unsigned(batch));
+  cfg.blockDim = dim3(kAttnMaxHeadDim);
+  cfg.dynamicSmemBytes = size_t(P) * sizeof(float);  // the combine's split weights
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_combine_mma_kernel, ws, kv_len, out, n_heads, head_dim, ws_splits, P,
+                                     interleave ? 1 : 0));
+  KILN_CUDA_CHECK_LAUNCH();
+}
 
 const char* attention_decode_impl(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
   const bool fast = attn::aligned16(q) && attn::aligned16(out) && attn::kv_fast_ok(kv) && head_dim % 8 == 0 &&

@@ -37,6 +37,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_decode_combine.h"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_q8_tile.cuh"
 #include "kernels/cuda/kv_quant.cuh"
@@ -264,63 +265,6 @@ __global__ void __launch_bounds__(kThreads, kV == 3 ? 3 : 2)
   }
 }
 
-// attention_decode.cu's combine kernel (file-local there), for this kernel's splits: grid
-// (n_heads, batch), 128 threads; merges the split blocks that hold data.
-template <bool kMax>
-__device__ __forceinline__ float block_reduce128(float v, float* red) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, off);
-    v = kMax ? fmaxf(v, o) : v + o;
-  }
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = red[0];
-#pragma unroll
-  for (int w = 1; w < 4; ++w) v = kMax ? fmaxf(v, red[w]) : v + red[w];
-  __syncthreads();
-  return v;
-}
-
-__global__ void __launch_bounds__(kAttnMaxHeadDim)
-    decode_q8_combine_kernel(DecodeWorkspace ws, const int32_t* __restrict__ kv_len, bf16* __restrict__ out,
-                             int n_heads, int d, int ws_splits, int P) {
-  extern __shared__ float wts[];  // P weights
-  __shared__ float red[kAttnMaxHeadDim / 32];
-  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
-  const int n_used = q8_split(kv_len[b], P, 0).used;
-  if (n_used <= 1) return;  // the split kernel wrote the output
-  pdl_wait();
-  const int64_t row = (int64_t(b) * n_heads + h) * ws_splits;
-  const float2* ml = reinterpret_cast<const float2*>(ws.partial_ml) + row;
-  float mx = -INFINITY;
-  for (int s = c; s < n_used; s += kAttnMaxHeadDim) mx = fmaxf(mx, ml[s].x);
-  mx = block_reduce128<true>(mx, red);
-  float den = 0.0f;
-  for (int s = c; s < n_used; s += kAttnMaxHeadDim) {
-    const float2 v = ml[s];
-    const float w = exp2f(v.x - mx);
-    wts[s] = w;
-    den += w * v.y;
-  }
-  den = block_reduce128<false>(den, red);
-  if (c >= d) return;
-  const float* po = ws.partial_o + row * d + c;
-  float num = 0.0f;
-  int s = 0;
-  for (; s + 8 <= n_used; s += 8) {
-    float v[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) v[u] = po[int64_t(s + u) * d];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) num = fmaf(wts[s + u], v[u], num);
-  }
-  for (; s < n_used; ++s) num = fmaf(wts[s], po[int64_t(s) * d], num);
-  out[(int64_t(b) * n_heads + h) * d + c] = __float2bfloat16(num / den);
-}
-
-constexpr int kMaxCombineSplits = 4096;
-
 template <int D, bool kPaged, KvQuant F, int kV>
 void launch_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out, DecodeWorkspace ws,
                int64_t batch, int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
@@ -342,9 +286,7 @@ void launch_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv
   const int group = n_heads / n_kv_heads, head_groups = (group + kRows - 1) / kRows;
   const int ws_splits = int(decode_max_splits(max_kv_len));
   // One wave of resident blocks at lengths near the capacity (attention_decode.cu's default).
-  const int64_t pairs = batch * n_kv_heads * head_groups;
-  const int P = int(std::clamp<int64_t>((resident_blocks + pairs - 1) / pairs, 1,
-                                        std::clamp(ws_splits, 1, kMaxCombineSplits)));
+  const int P = decode_split_count(resident_blocks, 1, batch * n_kv_heads * head_groups, ws_splits);
   const dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   static const bool split_pdl_env = [] {
     const char* e = std::getenv("KILN_ATTN_SPLIT_PDL");
@@ -359,18 +301,8 @@ void launch_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv
                                              scale_log2);
   }
   KILN_CUDA_CHECK_LAUNCH();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(n_heads), unsigned(batch));
-  cfg.blockDim = dim3(kAttnMaxHeadDim);
-  cfg.dynamicSmemBytes = size_t(P) * sizeof(float);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl_ok ? 1 : 0;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_q8_combine_kernel, ws, kv_len, out, n_heads, head_dim, ws_splits, P));
-  KILN_CUDA_CHECK_LAUNCH();
+  // attention_decode.cu's combine: this kernel's splits are its interleaved ones (q8_split).
+  launch_decode_combine(ws, kv_len, out, batch, n_heads, head_dim, ws_splits, P, true, pdl_ok, stream);
 }
 
 template <int D, bool kPaged>
