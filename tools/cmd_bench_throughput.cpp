@@ -42,6 +42,7 @@ void run(ThroughputOptions o) {
   ThreadPool pool(o.m.threads);
   BenchTarget target = open_bench_target(o.m, o.random, pool);
   Backend& backend = *target.backend;
+  apply_kv_cache_option(backend, o.m);  // before the engine sizes its pool: 8-bit K/V fit ~2x the tokens
   const int64_t vocab = backend.config().vocab_size;
   if (o.kv_cache_mb > 0) o.engine.kv_cache_bytes = o.kv_cache_mb << 20;
 
@@ -119,6 +120,7 @@ void run(ThroughputOptions o) {
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", target.label},
                         {"backend", backend.name()},
+                        {"kv_cache", std::string(kv_cache_format_name(backend.kv_cache_format()))},
                         {"num_prompts", o.num_prompts},
                         {"input_len", o.input_len},
                         {"output_len", o.output_len},
@@ -163,6 +165,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   auto o = std::make_shared<ThroughputOptions>();
   CLI::App* cmd = bench.add_subcommand("throughput", "Offline batch throughput through the engine (vllm bench throughput)");
   add_model_options(cmd, o->m);
+  add_kv_cache_option(cmd, o->m);
   cmd->add_option("--random", o->random, "Random bf16 weights of a named shape (GPU), e.g. llama3-8b");
   cmd->add_option("--num-prompts", o->num_prompts, "Requests, all submitted at once")->capture_default_str();
   cmd->add_option("--input-len", o->input_len, "Prompt tokens per request")->capture_default_str();
