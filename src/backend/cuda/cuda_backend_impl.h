@@ -35,6 +35,13 @@ using cuda::bf16;
 using cuda::DeviceBuffer;
 using cuda::OutMode;
 
+// Buffers that grow per step grow to powers of two (fewer reallocations, fewer graph drops).
+inline int64_t pow2_at_least(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b <<= 1;
+  return b;
+}
+
 // Page-locked host memory (RAII, growable: grow() keeps nothing).
 template <typename T>
 class PinnedBuffer {

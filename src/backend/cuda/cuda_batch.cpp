@@ -28,9 +28,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <unordered_map>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/device_sampler.h"
 #include "core/argmax.h"
 #include "core/check.h"
 #include "kernels/cuda/sampling.h"
@@ -46,11 +46,7 @@ namespace {
 constexpr int64_t kMaxGraphBatch = 256;  // decode steps above this run eagerly, unpadded
 constexpr int64_t kMinGraphPositions = 256;  // the narrowest block-table width bucket, in positions
 
-int64_t pow2_at_least(int64_t n) {
-  int64_t b = 1;
-  while (b < n) b <<= 1;
-  return b;
-}
+using cuda_backend::pow2_at_least;
 
 // Offsets (in int32s) of the packed step metadata; segments start 16-byte aligned. T: prefill
 // query tiles (cuda::PrefillTile, 4 int32 each) of the one varlen prefill attention launch.
@@ -180,64 +176,13 @@ class CudaKvPool final : public KvPool {
     argmax_ids = DeviceBuffer<int32_t>(size_t(pow2_at_least(rows)));
     host_argmax.grow(size_t(pow2_at_least(rows)));
   }
-  // Device sampling: one RowSampling a row, then the penalized ids and their counts.
-  DeviceBuffer<cuda::RowSampling> sample_params;
-  cuda_backend::PinnedBuffer<cuda::RowSampling> host_sample_params;
-  DeviceBuffer<int32_t> penalties;  // ids (n) then counts (n)
-  cuda_backend::PinnedBuffer<int32_t> host_penalties;
-  void ensure_sampling(int64_t rows, int64_t n_pen) {
-    if (int64_t(sample_params.size()) < rows) {
-      sample_params = DeviceBuffer<cuda::RowSampling>();
-      sample_params = DeviceBuffer<cuda::RowSampling>(size_t(pow2_at_least(rows)));
-      host_sample_params.grow(size_t(pow2_at_least(rows)));
-    }
-    if (int64_t(penalties.size()) < 2 * n_pen || penalties.size() == 0) {
-      const size_t n = size_t(pow2_at_least(std::max<int64_t>(2 * n_pen, 1024)));
-      penalties = DeviceBuffer<int32_t>();
-      penalties = DeviceBuffer<int32_t>(n);
-      host_penalties.grow(n);
-    }
-  }
+  cuda_backend::DeviceSampler sampler;  // rows with BatchEntry::sampling
   struct Graph {
     bool warmed = false;  // ran eagerly once with this shape
     cudaGraphExec_t exec = nullptr;
   };
   std::map<std::pair<int64_t, int64_t>, Graph> graphs;  // (batch bucket, table width) -> graph
 };
-
-// Fills the pool's host-side RowSampling per row (greedy rows and rows sampled on the host: argmax)
-// and the penalized ids with their counts in each history window (runtime/sampler.cpp's window);
-// returns the number of penalty entries.
-int64_t plan_sampling(CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries) {
-  const int64_t R = int64_t(row_entries.size());
-  std::vector<int32_t> ids, counts;
-  std::unordered_map<int32_t, int32_t> window_counts;
-  std::vector<cuda::RowSampling> rows(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) {
-    const BatchEntry& b = entries[row_entries[size_t(r)]];
-    cuda::RowSampling& p = rows[size_t(r)];
-    p.temperature = 0.0f;
-    if (!b.sampling) continue;
-    const SamplingParams& s = *b.sampling;
-    p.temperature = s.temperature, p.top_k = s.top_k, p.top_p = s.top_p, p.min_p = s.min_p;
-    p.repetition_penalty = s.repetition_penalty, p.presence_penalty = s.presence_penalty;
-    p.frequency_penalty = s.frequency_penalty, p.seed = s.seed, p.counter = b.draw;
-    p.pen_begin = int32_t(ids.size());
-    if (s.repetition_penalty != 1.0f || s.presence_penalty != 0 || s.frequency_penalty != 0) {
-      const size_t window = s.penalty_last_n > 0 ? std::min(b.history.size(), size_t(s.penalty_last_n)) : b.history.size();
-      window_counts.clear();
-      for (int32_t id : b.history.last(window)) ++window_counts[id];
-      for (auto [id, count] : window_counts) ids.push_back(id), counts.push_back(count);
-    }
-    p.pen_end = int32_t(ids.size());
-  }
-  const int64_t n = int64_t(ids.size());
-  pool.ensure_sampling(R, n);
-  std::copy(rows.begin(), rows.end(), pool.host_sample_params.data());
-  std::copy(ids.begin(), ids.end(), pool.host_penalties.data());
-  std::copy(counts.begin(), counts.end(), pool.host_penalties.data() + n);
-  return n;
-}
 
 // Copies a step's results to the host. `device_logits` holds one row per entry of `rows_entries`
 // (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
@@ -261,16 +206,7 @@ void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, co
   if (argmax && R > 0) {
     pool.ensure_argmax(R);
     if (sampled) {
-      const int64_t n_pen = plan_sampling(pool, entries, row_entries);
-      KILN_CUDA_CHECK(cudaMemcpyAsync(pool.sample_params.data(), pool.host_sample_params.data(),
-                                      size_t(R) * sizeof(cuda::RowSampling), cudaMemcpyHostToDevice, m.s()));
-      if (n_pen > 0)
-        KILN_CUDA_CHECK(cudaMemcpyAsync(pool.penalties.data(), pool.host_penalties.data(), size_t(2 * n_pen) * 4,
-                                        cudaMemcpyHostToDevice, m.s()));
-      m.op("sample", profile::Cost{double(R * vocab) * 4, 0}, [&] {
-        cuda::sample_rows(device_logits, R, vocab, pool.sample_params.data(), pool.penalties.data(),
-                          pool.penalties.data() + n_pen, pool.argmax_ids.data(), m.s());
-      });
+      pool.sampler.draw(m, device_logits, vocab, entries, row_entries, pool.argmax_ids.data());
     } else {
       m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
            [&] { cuda::argmax(device_logits, R, vocab, pool.argmax_ids.data(), m.s()); });
