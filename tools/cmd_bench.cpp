@@ -68,9 +68,9 @@ void run(const BenchOptions& o) {
   // What the backend stores: the CPU reference keeps everything in fp32.
   profile::Widths widths = backend->name() == "cuda" ? profile::Widths{} : profile::Widths{4, 4, 4, 4};
   widths.proj_weight = target.proj_weight_bytes;  // --quant: the projections' packed bytes
-  // --kv-cache int8|fp8 on CUDA: 1 byte a value and a 4-byte scale per (token, KV head).
-  if (backend->name() == "cuda" && backend->kv_cache_format() != KvCacheFormat::native)
-    widths.kv = 1.0 + 4.0 / double(c.head_dim);
+  // K/V bytes per cached value as the backend stores them (--kv-cache int8|fp8 on CUDA: 1 byte
+  // plus a 4-byte scale per head_dim values).
+  widths.kv = double(backend->kv_bytes_per_token()) / double(2 * c.n_layers * c.kv_dim());
 #ifdef KILN_HAVE_CUDA
   if (device_name == "cuda") device_name = cuda::device_info().name;
 #endif

@@ -186,13 +186,14 @@ struct Engine::Impl {
       t_fwd1 = Clock::now();
       const size_t vocab = size_t(backend.config().vocab_size);
       size_t row = 0;
-      for (const ScheduledChunk& c : plan.chunks) {
+      for (size_t k = 0; k < plan.chunks.size(); ++k) {
+        const ScheduledChunk& c = plan.chunks[k];
         if (!c.needs_logits) continue;
         const size_t this_row = row++;
         Live& r = *live.at(c.id);
         // A row whose token was chosen on the device (greedy, or device sampling) may not have its
         // logits on the host at all (Backend::forward_batch).
-        const bool drawn = r.argmax_only || entries[size_t(&c - plan.chunks.data())].sampling != nullptr;
+        const bool drawn = r.argmax_only || entries[k].sampling != nullptr;
         std::span<float> l;
         if (!drawn) l = std::span<float>(logits.data() + this_row * vocab, vocab);
         // Logprobs describe the model's distribution: taken from the row before the sampler
