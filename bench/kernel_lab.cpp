@@ -116,6 +116,24 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       }
       double t_c = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, reps);
       record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
+      if (!gemm && (m == 1 || m == 16)) {
+        // In sequence: kSeq calls back to back (each on the next rotating weight), timed together,
+        // per call. The kiln GEMV launches with PDL, so each call's blocks become resident and
+        // start their weight loads while the previous call drains -- how the decode step runs its
+        // GEMVs (o after the attention combine, down after gate/up). cuBLAS the same way.
+        constexpr int kSeq = 8;
+        const double t_seq = time_ms([&](int i) {
+          for (int j = 0; j < kSeq; ++j)
+            gemv_version(0, x.data(), w[size_t((kSeq * i + j) % copies)].data(), nullptr, y.data(), OutMode::store_bf16,
+                         m, s.n, s.k, nullptr);
+        }, reps / 2) / kSeq;
+        record("gemv", shape, "kiln-seq", t_seq, bytes, flops, copy_gbs, 0);
+        const double t_cseq = time_ms([&](int i) {
+          for (int j = 0; j < kSeq; ++j)
+            cublas.gemm_bf16(x.data(), w[size_t((kSeq * i + j) % copies)].data(), yref.data(), m, s.n, s.k, nullptr);
+        }, reps / 2) / kSeq;
+        record("gemv", shape, "cublas-seq", t_cseq, bytes, flops, copy_gbs, 0);
+      }
       if (!gemm && m == 1) {
         // cudaMemcpy of the weight's traffic (half its bytes read, half written, from one rotating
         // buffer into the second half of the next): what one isolated memory-bound call of this
@@ -323,6 +341,12 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
             record("qgemv", shape, std::string(f.label) + "-v" + std::to_string(v), t, cost.bytes, cost.flops, copy_gbs, ev);
           }
           qgemv_set_version(0);
+          // In sequence, as bench_matmul's "kiln-seq": 8 calls back to back (PDL), per call.
+          const double t_seq = time_ms([&](int i) {
+            for (int j = 0; j < 8; ++j)
+              qgemv(x.data(), views[size_t((8 * i + j) % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr);
+          }, 50) / 8;
+          record("qgemv", shape, std::string(f.label) + "-seq", t_seq, cost.bytes, cost.flops, copy_gbs, err);
           t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
         }
         record("qgemv", shape, f.label, t, cost.bytes, cost.flops, copy_gbs, err);

@@ -272,7 +272,10 @@ __device__ __forceinline__ float block_reduce128(float v, float* red) {
 // weights are computed one chunk per thread (weights into shared memory, P floats), then thread c
 // sums output dim c over the chunks with 8 independent loads in flight: a few round trips to L2,
 // where session 2's loop over the chunks in every thread paid one per chunk. (A 512-thread
-// version, 4 thread groups each summing every 4th chunk, measured 1-1.5 us slower at b=1.)
+// version, 4 thread groups each summing every 4th chunk, measured 1-1.5 us slower at b=1. Session
+// 6's version with no barriers -- every thread reading all the chunks' (max, sum) pairs and its
+// partials 32 chunks per round trip, folded with an online rescale -- was slower in the engine:
+// tg128 at 32k context 182.0 vs 183.9 tok/s, at 8k 210.3 vs 214.1.)
 __global__ void __launch_bounds__(kAttnMaxHeadDim)
     decode_combine_mma_kernel(DecodeWorkspace ws, const int32_t* __restrict__ kv_len, bf16* __restrict__ out,
                               int n_heads, int d, int ws_splits, int P, int interleave) {
@@ -281,8 +284,11 @@ __global__ void __launch_bounds__(kAttnMaxHeadDim)
   const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
   const int len = kv_len[b];
   const int n_used = decode_split(len, P, 0, interleave).used;
+  // Wait before any exit: the PDL-launched o GEMV after this kernel waits only for this one, so its
+  // completion must imply the split kernel's (pdl.cuh's contract).
+  pdl_wait();  // the split kernel's partials are complete and visible
+  pdl_launch_dependents();
   if (n_used <= 1) return;  // one block (or none) had data: the split kernel wrote the output
-  pdl_wait();       // the split kernel's partials are complete and visible
   const int64_t row = (int64_t(b) * n_heads + h) * ws_splits;
   const float2* ml = reinterpret_cast<const float2*>(ws.partial_ml) + row;  // (max, sum) per chunk
   float mx = -INFINITY;
@@ -354,13 +360,8 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   }();
   const bool split_pdl = pdl_ok && pdl_enabled() && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
-  if (split_pdl) {
-    launch_pdl(kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len, ws, out,
-               n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);
-  } else {
-    kernel<<<grid, kMmaThreads, decode_smem_bytes<D, kStages>(), stream>>>(
-        q, kv, kv_len, ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);
-  }
+  launch_maybe_pdl(split_pdl, kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len,
+                   ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);
   KILN_CUDA_CHECK_LAUNCH();
   // The combine, launched while the split kernel runs when PDL is on (its launch latency hides
   // behind the split kernel; it waits on griddepcontrol.wait before reading partials).
@@ -395,18 +396,10 @@ int decode_split_count(int64_t resident_blocks, int waves, int64_t pairs, int ws
 
 void launch_decode_combine(DecodeWorkspace ws, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
                            int head_dim, int ws_splits, int P, bool interleave, bool pdl, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(n_heads), unsigned(batch));
-  cfg.blockDim = dim3(kAttnMaxHeadDim);
-  cfg.dynamicSmemBytes = size_t(P) * sizeof(float);  // the combine's split weights
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_combine_mma_kernel, ws, kv_len, out, n_heads, head_dim, ws_splits, P,
-                                     interleave ? 1 : 0));
+  // The split weights (P floats) in dynamic shared memory.
+  launch_maybe_pdl(pdl, decode_combine_mma_kernel, dim3(unsigned(n_heads), unsigned(batch)), dim3(kAttnMaxHeadDim),
+                   size_t(P) * sizeof(float), stream, ws, kv_len, out, n_heads, head_dim, ws_splits, P,
+                   interleave ? 1 : 0);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -39,7 +39,7 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
                                bf16* __restrict__ out, int64_t dim, float eps) {
   __shared__ float scratch[32];
   // PDL (pdl.cuh): wait for the kernel that wrote x, then let the next one be scheduled while this
-  // row is normalized.
+  // row is normalized. (Letting it be scheduled before the wait cost 13% of tg128: session 6.)
   pdl_wait();
   pdl_launch_dependents();
   float* xr = x + int64_t(blockIdx.x) * dim;

@@ -25,7 +25,6 @@ __device__ __forceinline__ float warp0_result(const float (&red)[W][16][8 * NT +
 // qkv: q and k heads' rotated runs paired (i, i + rot_dim / 2) for the rotate-half layout; every
 // other run (interleaved RoPE, the unrotated tail of a head, v) is 16 consecutive rows.
 struct RopeKvEpi {
-  static constexpr bool kEarlyDependents = true;  // the decode attention's older K/V tiles may start
   const bf16* bias;
   RopeKvTarget o;
 
@@ -81,7 +80,6 @@ struct RopeKvEpi {
 
 // gate/up: block b multiplies gate rows 8b .. 8b + 7 and up rows inter + 8b .. + 7.
 struct SwiGluEpi {
-  static constexpr bool kEarlyDependents = false;
   bf16* h;
   int64_t inter;
 

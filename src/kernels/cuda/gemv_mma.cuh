@@ -19,7 +19,6 @@ namespace kiln::cuda {
 // The plain epilogue: block b owns rows 16b .. 16b + 15 (clamped loads past N, masked stores);
 // y = acc (+ bias) per OutMode.
 struct StoreRows {
-  static constexpr bool kEarlyDependents = false;  // the next kernel is launched when this one ends
   const bf16* bias;
   void* y;
   OutMode mode;
@@ -42,9 +41,6 @@ template <int NT, int U, int W, class E>
 __global__ void __launch_bounds__(W * 32, 16 / W)
     gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K, E epi) {
   __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
-  // A kernel after this one that was launched with PDL (the decode attention after the fused qkv
-  // GEMV) may start now: it reads nothing this kernel writes before its griddepcontrol.wait.
-  if constexpr (E::kEarlyDependents) pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   int64_t lo0, hi0;
   epi.rows(blockIdx.x, lo0, hi0);
@@ -66,6 +62,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
   constexpr int kStep = 4 * U;  // chunks per warp step
+  // Launched with PDL (launch_gemv_mma), the blocks become resident while the kernel before this
+  // one (rmsnorm, the attention combine, the previous GEMV's last wave) still runs: each warp
+  // issues its first step's weight loads (memory no kernel of the step writes) and only then waits
+  // for that kernel (pdl_wait) before it reads x. Then the kernel after this one (the decode
+  // attention after the fused qkv GEMV, the next GEMV) may be launched: it touches nothing this one
+  // writes before its own pdl_wait.
+  bool waited = false;
   // The loop bound is warp-uniform (mma.sync needs the whole warp); lane t's chunks are base + t + 4u.
   for (int64_t step = int64_t(warp) * kStep; step < n_chunks; step += int64_t(W) * kStep) {
     const int64_t base = step + t;
@@ -80,12 +83,17 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
         a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
       }
     }
+    if (!waited) {
+      pdl_wait();
+      pdl_launch_dependents();
+      waited = true;
+    }
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t c = base + 4 * u;
-        b[j][u] = (x_ok[j] && c < n_chunks) ? __ldg(xr[j] + c) : make_uint4(0, 0, 0, 0);
+        b[j][u] = (x_ok[j] && c < n_chunks) ? ld_after_wait(xr[j] + c) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -96,6 +104,10 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       }
   }
 
+  if (!waited) {  // a warp with no K steps (K < 32 W): the epilogue's inputs need the wait too
+    pdl_wait();
+    pdl_launch_dependents();
+  }
   gemv_stash<W, NT>(red, warp, g, t, acc);
   epi.template finish<W, NT>(red, lo0, hi0, m_actual, N);
 }
@@ -109,10 +121,13 @@ template <int NT, class E>
 void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, int64_t blocks, const E& epi,
                      cudaStream_t stream) {
   constexpr int U = NT == 1 ? 8 : 6;
+  const bool pdl = gemv_pdl_enabled();
   if (blocks <= 2 * int64_t(gemv_sm_count()))
-    gemv_mma_kernel<NT, U, 8, E><<<unsigned(blocks), 8 * 32, 0, stream>>>(x, w, m, N, K, epi);
+    launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, E>, dim3(unsigned(blocks)), dim3(8 * 32), 0, stream, x, w, m, N, K,
+                     epi);
   else
-    gemv_mma_kernel<NT, U, 4, E><<<unsigned(blocks), 4 * 32, 0, stream>>>(x, w, m, N, K, epi);
+    launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, E>, dim3(unsigned(blocks)), dim3(4 * 32), 0, stream, x, w, m, N, K,
+                     epi);
 }
 
 }  // namespace kiln::cuda

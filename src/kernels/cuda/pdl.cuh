@@ -1,7 +1,9 @@
 // Programmatic dependent launch (PDL, sm_90): lets a kernel start before the one ahead of it in the
 // stream has finished, so a decode step's ~300 back-to-back kernels stop paying a launch gap each
-// and a GEMV can start streaming its weights (which no earlier kernel writes) while the small
-// kernel before it (rmsnorm, silu_mul) still runs.
+// and a GEMV can start streaming its weights (which no earlier kernel writes) while the kernel
+// before it still runs: the decode GEMVs (bf16 gemv_mma.cuh, int8/int4 qgemv_v3.cu) issue their
+// first weight loads, then wait (session 6: tg128 +2.0%, int8 +3.8%, int4 +4.9%; same binary,
+// KILN_GEMV_PDL=0 for the comparison).
 //
 // The contract, which every kernel launched through launch_pdl keeps:
 //   * before pdl_wait() it touches only memory no kernel of the step writes (weights, K/V cache
@@ -9,7 +11,13 @@
 //     completed and its writes are visible;
 //   * it calls pdl_launch_dependents() only after its own pdl_wait(), so the kernel after it is
 //     launched early only once this one is past its wait: at most two kernels ever overlap, and
-//     only in the next one's pre-wait part.
+//     only in the next one's pre-wait part;
+//   * every block that exits calls pdl_wait() first (or the grid has a block that does), so a
+//     kernel's completion implies its predecessor's: a dependent's pdl_wait() waits only for the
+//     kernel right before it.
+// (Releasing the dependent GEMV before the wait in rmsnorm and the attention combine, so its
+// blocks could fill the SMs the kernel before frees, cost 13% of tg128 in session 6: the waiting
+// GEMV blocks hold the SMs the 1024-thread rmsnorm block needs. Not kept.)
 // A kernel launched normally (without the attribute) after a PDL kernel waits for it as usual, so
 // kernels can adopt PDL one at a time. Before sm_90 both calls compile to nothing and launch_pdl
 // launches normally. KILN_PDL=0 turns the attribute off (for comparison).
@@ -37,6 +45,15 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// A 16-byte load of data the kernel before this one wrote (x of a GEMV), for use after pdl_wait().
+// Not ld.global.nc (__ldg): the non-coherent path assumes the data is read-only for the kernel's
+// whole lifetime, and under PDL the writer was still running when this kernel started.
+__device__ __forceinline__ uint4 ld_after_wait(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // Fire-and-forget fetch of the 16 bytes at p into L2 (no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
@@ -53,9 +70,21 @@ inline bool pdl_enabled() {
   return on;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
+// Whether the decode GEMVs (bf16 and int8/int4) launch with PDL: on with pdl_enabled() unless
+// KILN_GEMV_PDL=0 (the same-binary comparison of docs/PERFORMANCE.md, session 6).
+inline bool gemv_pdl_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KILN_GEMV_PDL");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on && pdl_enabled();
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization allowed
+// when `pdl` is true and pdl_enabled().
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_maybe_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -65,8 +94,13 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
+  config.numAttrs = pdl && pdl_enabled() ? 1 : 0;
   KILN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  launch_maybe_pdl(true, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace kiln::cuda

@@ -34,6 +34,7 @@
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant/qmatmul.h"
 
 namespace kiln::cuda {
@@ -190,6 +191,10 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
 #pragma unroll
   for (int d = 0; d < D; ++d)
     if (d < total_items) request(d);
+  // Launched with PDL (as gemv_mma.cuh): the first D requests above read only weights; x, which
+  // the kernel before this one writes, is read after the wait (with ld_after_wait, not __ldg).
+  pdl_wait();
+  pdl_launch_dependents();
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
   const int row_chunks = int(K / 8);  // 16-byte pieces of an activation row
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int i = b0 + r * W * 32 + lane;
-        v[r] = i < total ? __ldg(reinterpret_cast<const uint4*>(x) + i) : make_uint4(0, 0, 0, 0);
+        v[r] = i < total ? ld_after_wait(reinterpret_cast<const uint4*>(x) + i) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -253,7 +258,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         if constexpr (XS)
           b[n][i] = lds128(xrow[n] + uint32_t(2 * k0 + 64 * i));
         else
-          b[n][i] = __ldg(reinterpret_cast<const uint4*>(xr[n] + k0 + 32 * i));
+          b[n][i] = ld_after_wait(reinterpret_cast<const uint4*>(xr[n] + k0 + 32 * i));
       }
     float2 xsv[NT][G32 ? Fm::NG : 1];  // x sums of the fold units, activation rows 8n + 2t, + 1
     if constexpr (XS) {
@@ -412,9 +417,9 @@ void launch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMo
     configured = true;
   }
   const int64_t tiles = (w.rows + 15) / 16, blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
-  kernel<<<unsigned(blocks), warps * 32, size_t(XS ? smem : 0), stream>>>(
-      x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), bias, y, mode, m, w.rows,
-      w.cols, w.group, shift, tiles_per_block);
+  launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
+                   x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), bias, y, mode,
+                   m, w.rows, w.cols, w.group, shift, tiles_per_block);
 }
 
 template <QuantFormat F, int SM, int NT>
