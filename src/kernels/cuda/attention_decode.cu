@@ -278,7 +278,7 @@ __device__ __forceinline__ float block_reduce128(float v, float* red) {
 // tg128 at 32k context 182.0 vs 183.9 tok/s, at 8k 210.3 vs 214.1.)
 __global__ void __launch_bounds__(kAttnMaxHeadDim)
     decode_combine_mma_kernel(DecodeWorkspace ws, const int32_t* __restrict__ kv_len, bf16* __restrict__ out,
-                              int n_heads, int d, int ws_splits, int P, int interleave) {
+                              int n_heads, int d, int ws_splits, int P, int interleave, int early_max) {
   extern __shared__ float wts[];  // P weights
   __shared__ float red[kAttnMaxHeadDim / 32];
   const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
@@ -287,7 +287,10 @@ __global__ void __launch_bounds__(kAttnMaxHeadDim)
   // Wait before any exit: the PDL-launched o GEMV after this kernel waits only for this one, so its
   // completion must imply the split kernel's (pdl.cuh's contract).
   pdl_wait();  // the split kernel's partials are complete and visible
-  pdl_launch_dependents();
+  // The o GEMV's blocks may start streaming weights now -- unless there are many partials to merge:
+  // then this kernel's chain of L2 round trips is the step's critical path, and the GEMV's burst of
+  // weight loads would slow it (session 6); the GEMV is then launched when this kernel ends.
+  if (n_used <= early_max) pdl_launch_dependents();
   if (n_used <= 1) return;  // one block (or none) had data: the split kernel wrote the output
   const int64_t row = (int64_t(b) * n_heads + h) * ws_splits;
   const float2* ml = reinterpret_cast<const float2*>(ws.partial_ml) + row;  // (max, sum) per chunk
@@ -394,12 +397,22 @@ int decode_split_count(int64_t resident_blocks, int waves, int64_t pairs, int ws
                                  std::clamp(ws_splits, 1, kMaxCombineSplits)));
 }
 
+// Partials up to which the combine releases the o GEMV right after its wait (KILN_COMBINE_EARLY_MAX;
+// 0: never, i.e. the GEMV launches when the combine ends).
+static int combine_early_max() {
+  static const int v = [] {
+    const char* e = std::getenv("KILN_COMBINE_EARLY_MAX");
+    return e ? std::max(0, std::atoi(e)) : 8;
+  }();
+  return v;
+}
+
 void launch_decode_combine(DecodeWorkspace ws, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
                            int head_dim, int ws_splits, int P, bool interleave, bool pdl, cudaStream_t stream) {
   // The split weights (P floats) in dynamic shared memory.
   launch_maybe_pdl(pdl, decode_combine_mma_kernel, dim3(unsigned(n_heads), unsigned(batch)), dim3(kAttnMaxHeadDim),
                    size_t(P) * sizeof(float), stream, ws, kv_len, out, n_heads, head_dim, ws_splits, P,
-                   interleave ? 1 : 0);
+                   interleave ? 1 : 0, combine_early_max());
   KILN_CUDA_CHECK_LAUNCH();
 }
 
