@@ -4,6 +4,8 @@
 # Writes full logs under $OUT (default ./gpu-out) and prints a compact table last.
 set -uo pipefail
 BUILD="${1:-build}"
+# A bundle carried packed (scripts/gpu_bundle.sh writes gpu-bundle.tgz next to gpu-bundle/).
+if [ ! -d "$BUILD" ] && [ -f "$BUILD.tgz" ]; then tar xzf "$BUILD.tgz"; fi
 # cuBLAS (the baseline in the kernel lab) comes from the GPU machine's CUDA toolkit; libcupti (kiln
 # profile's kernel timer) from the bundle first (gpu_bundle.sh copies this machine's).
 export LD_LIBRARY_PATH="$(cd "$BUILD" 2>/dev/null && pwd)/src:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
