@@ -88,16 +88,12 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       pdl_launch_dependents();
       waited = true;
     }
-    // x loads are unconditional (lanes past M read row 0, chunks past K the last chunk) and the
-    // zeros are selected after: an asm load under a lane-dependent condition compiles to a branch
-    // around each load, where __ldg became a predicated load.
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t c = base + 4 * u;
-        const uint4 v = ld_after_wait(xr[j] + (c < n_chunks ? c : n_chunks - 1));
-        b[j][u] = (x_ok[j] && c < n_chunks) ? v : make_uint4(0, 0, 0, 0);
+        b[j][u] = (x_ok[j] && c < n_chunks) ? ld_after_wait(xr[j] + c) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)

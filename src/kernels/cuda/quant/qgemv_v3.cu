@@ -210,9 +210,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int i = b0 + r * W * 32 + lane;
-        // Unconditional load (clamped index), zeros selected after: no branch around the asm load.
-        const uint4 xv = ld_after_wait(reinterpret_cast<const uint4*>(x) + (i < total ? i : total - 1));
-        v[r] = i < total ? xv : make_uint4(0, 0, 0, 0);
+        v[r] = i < total ? ld_after_wait(reinterpret_cast<const uint4*>(x) + i) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
