@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   constexpr int kStep = 4 * U;  // chunks per warp step
   // Launched with PDL (launch_gemv_mma), the blocks become resident while the kernel before this
   // one (rmsnorm, the attention combine, the previous GEMV's last wave) still runs: each warp
-  // issues its first step's weight loads (memory no kernel of the step writes) and only then waits
+  // issues its first step's weight loads (so W must be memory no kernel of the step writes: model
+  // weights, never a scratch filled just before) and only then waits
   // for that kernel (pdl_wait) before it reads x. Then the kernel after this one (the decode
   // attention after the fused qkv GEMV, the next GEMV) may be launched: it touches nothing this one
   // writes before its own pdl_wait.

@@ -36,6 +36,8 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
         by_slices(M, N, y, mode, [&](int64_t m0, int64_t m, void* ys) { qgemv(x + m0 * K, w, bias, ys, mode, m, stream); });
       } else {
         KILN_CUDA_REQUIRE(scratch.w_elems >= N * K, "qmatmul: dequantization scratch too small");
+        // M > kQGemvSliceRows: matmul takes a GEMM here. A decode GEMV must never read this scratch:
+        // it loads its weights before its PDL wait, i.e. possibly before this dequantization ends.
         dequantize_to_bf16(w, scratch.w, stream);
         matmul(x, scratch.w, bias, y, mode, M, N, K, stream, ws);
       }
