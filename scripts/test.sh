@@ -2,7 +2,8 @@
 # The whole CPU test suite: the GGUF parser fuzzer for a bounded time, then every ctest test:
 # unit, golden (default model vs llama.cpp fixtures), GPU tests (they skip without a GPU); then
 # the HTTP server tests (tests/server, pytest + the official openai client against a real
-# `kiln serve` on the default model, CPU), in a venv under build/pyenv made on first use.
+# `kiln serve` on the default model, CPU) and the device-run report's tests (tests/scripts, on
+# committed run outputs), in a venv under build/pyenv made on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-60}"
@@ -15,4 +16,4 @@ if [ ! -x "$PYENV/bin/pytest" ] || ! cmp -s "$REQS" "$PYENV/requirements.install
   "$PYENV/bin/pip" install -q --disable-pip-version-check -r "$REQS"
   cp "$REQS" "$PYENV/requirements.installed"
 fi
-"$PYENV/bin/pytest" -q -p no:cacheprovider tests/server
+"$PYENV/bin/pytest" -q -p no:cacheprovider tests/server tests/scripts
