@@ -57,7 +57,7 @@ for b in 1 64 256; do
 done
 "$K" profile --random llama3-8b --prefill 2048 --json "$OUT/profile_pp2048.json" --svg "$OUT/roofline_pp2048.svg" \
   >"$OUT/profile_pp2048.log" 2>&1 || status=1
-"$K" bench throughput --random llama3-8b --num-prompts 2048 --input-len 128 --output-len 128 --max-num-seqs 256 \
+"$K" bench throughput --random llama3-8b --num-prompts 2048 --input-len 128 --output-len 128 --max-num-seqs 2048 \
   --max-num-batched-tokens 8192 --temperature 0 --json "$OUT/throughput.json" >"$OUT/throughput.log" 2>&1 || status=1
 "$K" bench --random llama3-8b -p 512,2048 -n 128 -r 3 --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || status=1
 # Quantized projections (issue #10): the same shape with random int8 / int4 / fp8 weights.
