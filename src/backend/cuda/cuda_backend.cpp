@@ -108,13 +108,7 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
       a, tokens, n,
       [&](int64_t l) {
         const cuda::KvLayout kv = seq.layer(c, l);
-        if (quantized) {
-          m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
-            cuda::rope_qkv_quant(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
-                                 c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads),
-                                 int(c.head_dim), a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
-          });
-        } else if (!fused) {
+        if (!fused || !fused_decode.qkv) {  // unless the qkv GEMV rotated and wrote K/V itself
           m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
             cuda::rope_qkv(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
                            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
@@ -126,12 +120,8 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
           const cuda::DecodeWorkspace ws =
               cuda::decode_workspace(seq.workspace.data(), 1, int(c.n_heads), int(c.head_dim), seq.capacity());
           m.op("attention.decode", profile::attention(1, start, c, m.kv_widths(quantized)), [&] {
-            if (quantized)
-              cuda::attention_decode_q8(a.q, kv, kv_len, seq.capacity(), a.attn, ws, 1, int(c.n_heads),
-                                        int(c.n_kv_heads), int(c.head_dim), m.s());
-            else
-              cuda::attention_decode(a.q, kv, kv_len, seq.capacity(), a.attn, ws, 1, int(c.n_heads),
-                                     int(c.n_kv_heads), int(c.head_dim), m.s());
+            cuda::attention_decode(a.q, kv, kv_len, seq.capacity(), a.attn, ws, 1, int(c.n_heads),
+                                   int(c.n_kv_heads), int(c.head_dim), m.s());
           });
         } else {
           const cuda::KvLayout read = quantized ? m.dequantized(kv, 0, start + n) : kv;

@@ -270,34 +270,16 @@ void write_table_row(const CudaKvPool& pool, const BatchEntry& b, int64_t end, i
   for (int64_t i = 0; i < S; ++i) row[i] = i < used ? b.block_table[size_t(i)] : pool.scratch_block();
 }
 
-// ---- the launches that differ between bf16 and quantized pools -----------------------------------
-
-// RoPE and the K/V write of M tokens by slot.
+// RoPE and the K/V write of M tokens by slot (a quantized pool: rope_qkv_slots quantizes as it writes).
 void enqueue_rope_slots(Impl& m, const CudaKvPool& pool, const cuda::KvLayout& kv, const int32_t* positions,
                         const int32_t* slots, int64_t M) {
   const ModelConfig& c = m.c;
   const cuda_backend::Activations& a = pool.act;
   m.op("rope_qkv", profile::rope_qkv(M, c), [&] {
-    if (pool.quantized())
-      cuda::rope_qkv_quant(a.qkv, positions, slots, M, m.inv_freq.data(), c.rope.rot_dim,
-                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
-                           a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
-    else
-      cuda::rope_qkv_slots(a.qkv, positions, slots, M, m.inv_freq.data(), c.rope.rot_dim,
-                           c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
-                           a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
+    cuda::rope_qkv_slots(a.qkv, positions, slots, M, m.inv_freq.data(), c.rope.rot_dim,
+                         c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
+                         a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
   });
-}
-
-void enqueue_decode_attention(Impl& m, const cuda::KvLayout& kv, const bf16* q, const int32_t* kv_len,
-                              int64_t max_kv_len, bf16* out, const cuda::DecodeWorkspace& ws, int64_t batch) {
-  const ModelConfig& c = m.c;
-  if (kv.quantized())
-    cuda::attention_decode_q8(q, kv, kv_len, max_kv_len, out, ws, batch, int(c.n_heads), int(c.n_kv_heads),
-                              int(c.head_dim), m.s());
-  else
-    cuda::attention_decode(q, kv, kv_len, max_kv_len, out, ws, batch, int(c.n_heads), int(c.n_kv_heads),
-                           int(c.head_dim), m.s());
 }
 
 // ---- decode-only steps: padded to (B, S), graph-captured ----------------------------------------
@@ -319,9 +301,10 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
       a, meta + ml.tokens, B,
       [&](int64_t l) {
         const cuda::KvLayout kv = pool.layer(l, meta + ml.table, S);
-        if (!fused || pool.quantized()) enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, B);
+        if (!fused || !fused_decode.qkv) enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, B);
         m.op("attention.decode", attn_cost, [&] {
-          enqueue_decode_attention(m, kv, a.q, meta + ml.kv_len, max_kv_len, a.attn, ws, B);
+          cuda::attention_decode(a.q, kv, meta + ml.kv_len, max_kv_len, a.attn, ws, B, int(c.n_heads),
+                                 int(c.n_kv_heads), int(c.head_dim), m.s());
         });
       },
       fused ? &fused_decode : nullptr);
@@ -471,10 +454,10 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, p.M);
     if (p.n_dec > 0) {
       m.op("attention.decode", dec_cost, [&] {
-        enqueue_decode_attention(m, kv, a.q, meta + ml.kv_len, p.max_dec_len, a.attn,
-                                 cuda::decode_workspace(pool.workspace.data(), p.n_dec, int(c.n_heads),
-                                                        int(c.head_dim), p.max_dec_len),
-                                 p.n_dec);
+        cuda::attention_decode(a.q, kv, meta + ml.kv_len, p.max_dec_len, a.attn,
+                               cuda::decode_workspace(pool.workspace.data(), p.n_dec, int(c.n_heads), int(c.head_dim),
+                                                      p.max_dec_len),
+                               p.n_dec, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
       });
     }
     if (varlen) {

@@ -71,6 +71,7 @@ void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const Prefi
 // once, a sequence whose tiles all fall to one block is written directly, and the combine kernel
 // merges only the blocks that hold data. One block scores all query heads of a KV group (up to 16,
 // the rows of a tensor-core tile) against each K/V tile, so each K/V byte is read once per group.
+// A quantized layout (kv.quantized()) goes to attention_decode_q8 (below) with the same contract.
 constexpr int kDecodeSplit = 256;  // workspace granularity: at most ceil(max_kv_len / 256) splits
 struct DecodeWorkspace {
   float* partial_o = nullptr;   // (batch, n_heads, max_splits, head_dim)
@@ -112,7 +113,8 @@ const char* attention_decode_impl(const bf16* q, KvLayout kv, const bf16* out, i
 
 // attention_decode over a quantized KV cache (kv.quantized(): int8 or fp8 bytes and per-(token, KV
 // head) scales, kv_layout.h, kv_quant.h), contiguous or paged, the same contract and workspace;
-// attention_decode_q8.cu. Needs head_dim % 16 == 0 and 16-byte aligned q, out and K/V bytes.
+// attention_decode_q8.cu. attention_decode calls it for such a layout; the tests and the kernel lab
+// call it directly. Needs head_dim % 16 == 0 and 16-byte aligned q, out and K/V bytes.
 void attention_decode_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
                          DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream);

@@ -431,6 +431,8 @@ DecodeWorkspace decode_workspace(float* base, int64_t batch, int n_heads, int he
 void attention_decode(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
                       DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                       cudaStream_t stream) {
+  if (kv.quantized())
+    return attention_decode_q8(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);
   attention_decode_tuned(DecodeTuning{}, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim,
                          stream);
 }

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pointwise_math.cuh"
 
@@ -313,7 +314,11 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
               cudaStream_t stream, const float2* cos_sin, int64_t cos_sin_positions) {
   if (n == 0) return;
   KILN_CUDA_REQUIRE(!kv.paged(), "rope_qkv writes a contiguous cache; a paged pool goes through rope_qkv_slots");
-  KILN_CUDA_REQUIRE(!kv.quantized(), "rope_qkv writes a bf16 cache; a quantized one goes through rope_qkv_quant");
+  if (kv.quantized()) {  // RoPE, then the 8-bit K/V write (kv_quant.h)
+    KILN_CUDA_REQUIRE(seq_ids == nullptr, "rope_qkv: a quantized contiguous cache is written for sequence 0 only");
+    return rope_qkv_quant(qkv, positions, nullptr, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim,
+                          q_out, kv, stream, cos_sin, cos_sin_positions);
+  }
   launch_pdl(rope_qkv_kernel<false>, dim3(unsigned(n)), dim3(kRopeThreads), 0, stream, qkv, positions, seq_ids,
              static_cast<const int32_t*>(nullptr), inv_freq, cos_sin, cos_sin_positions, rot_dim, interleaved, n_heads,
              n_kv_heads, head_dim, q_out, kv);
@@ -325,7 +330,9 @@ void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* sl
                     cudaStream_t stream, const float2* cos_sin, int64_t cos_sin_positions) {
   if (n == 0) return;
   KILN_CUDA_REQUIRE(slots != nullptr, "rope_qkv_slots: slots are required");
-  KILN_CUDA_REQUIRE(!pool.quantized(), "rope_qkv_slots writes a bf16 pool; a quantized one goes through rope_qkv_quant");
+  if (pool.quantized())  // RoPE, then the 8-bit K/V write (kv_quant.h)
+    return rope_qkv_quant(qkv, positions, slots, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim,
+                          q_out, pool, stream, cos_sin, cos_sin_positions);
   KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   // KILN_ROPE_VEC=0 keeps the per-token kernel (for same-run comparison).

@@ -29,7 +29,9 @@ void rope_table_fill(float2* cos_sin, int64_t positions, const float* inv_freq, 
 // qkv(n, q_dim + 2 kv_dim) bf16, one token a row ([q | k | v], the fused projection's output).
 // Rotates q and k of token t by positions[t] (inv_freq: rot_dim/2 floats, llama3 scaling already
 // in them; interleaved pairs (2i, 2i+1), else (i, i + rot_dim/2)), writes q to q_out(n, q_dim),
-// and k, v into the cache at (seq_ids ? seq_ids[t] : 0, positions[t]).
+// and k, v into the cache at (seq_ids ? seq_ids[t] : 0, positions[t]). A quantized cache
+// (kv.quantized(), sequence 0 only) is written by rope_qkv_quant (kv_quant.h), this function's
+// rotation followed by the 8-bit write; rope_qkv_slots forwards a quantized pool the same way.
 void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids, int64_t n, const float* inv_freq,
               int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
               cudaStream_t stream, const float2* cos_sin = nullptr, int64_t cos_sin_positions = 0);

@@ -6,8 +6,9 @@
 // over the head_dim values of each (token, KV head) vector; an all-zero vector gets scale 0.
 //
 // Who reads and writes it:
-//   rope_qkv_quant   the K/V write (RoPE, then quantize), in place of rope_qkv / rope_qkv_slots;
-//   attention_decode_q8 (attention.h) reads the 8-bit tiles directly;
+//   rope_qkv_quant   the K/V write (RoPE, then quantize); rope_qkv and rope_qkv_slots call it for a
+//                    quantized layout;
+//   attention_decode_q8 (attention.h) reads the 8-bit tiles directly (attention_decode calls it);
 //   kv_dequantize    turns the cached positions of one sequence into a contiguous bf16 K/V
 //                    scratch for the prefill kernel (prefill is compute-bound: reading the cache
 //                    once more in bf16 costs about 1% of a prefill chunk's attention; see
