@@ -32,14 +32,24 @@ int32_t Sampler::argmax(std::span<const float> logits) {
   return best;
 }
 
-void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) const {
-  bool repetition = params_.repetition_penalty != 1.0f;
-  if (!repetition && params_.presence_penalty == 0 && params_.frequency_penalty == 0) return;
-  size_t window = params_.penalty_last_n > 0 ? std::min(history.size(), size_t(params_.penalty_last_n)) : history.size();
-  std::unordered_map<int32_t, int> counts;
-  for (int32_t id : history.last(window))
-    if (id >= 0 && size_t(id) < logits.size()) ++counts[id];
-  for (auto [id, count] : counts) {
+bool has_penalties(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0 || p.frequency_penalty != 0;
+}
+
+void penalty_window(const SamplingParams& params, std::span<const int32_t> history,
+                    std::unordered_map<int32_t, int32_t>& counts) {
+  counts.clear();
+  const size_t window =
+      params.penalty_last_n > 0 ? std::min(history.size(), size_t(params.penalty_last_n)) : history.size();
+  for (int32_t id : history.last(window)) ++counts[id];
+}
+
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) {
+  if (!has_penalties(params_)) return;
+  const bool repetition = params_.repetition_penalty != 1.0f;
+  penalty_window(params_, history, counts_);
+  for (auto [id, count] : counts_) {
+    if (id < 0 || size_t(id) >= logits.size()) continue;
     float& l = logits[size_t(id)];
     if (repetition) l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
     l -= params_.presence_penalty + params_.frequency_penalty * float(count);

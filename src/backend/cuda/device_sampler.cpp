@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/sampler.h"
+
 namespace kiln::cuda_backend {
 
 void DeviceSampler::plan(std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries) {
@@ -18,10 +20,8 @@ void DeviceSampler::plan(std::span<const BatchEntry> entries, const std::vector<
     p.repetition_penalty = s.repetition_penalty, p.presence_penalty = s.presence_penalty;
     p.frequency_penalty = s.frequency_penalty, p.seed = s.seed, p.counter = b.draw;
     p.pen_begin = int32_t(pen_ids_.size());
-    if (s.repetition_penalty != 1.0f || s.presence_penalty != 0 || s.frequency_penalty != 0) {
-      const size_t window = s.penalty_last_n > 0 ? std::min(b.history.size(), size_t(s.penalty_last_n)) : b.history.size();
-      window_.clear();
-      for (int32_t id : b.history.last(window)) ++window_[id];
+    if (has_penalties(s)) {  // sample_rows skips ids outside the vocabulary, as Sampler does
+      penalty_window(s, b.history, window_);
       for (auto [id, count] : window_) pen_ids_.push_back(id), pen_counts_.push_back(count);
     }
     p.pen_end = int32_t(pen_ids_.size());

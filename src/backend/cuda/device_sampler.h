@@ -22,7 +22,7 @@ class DeviceSampler {
             const std::vector<size_t>& row_entries, int32_t* ids);
 
  private:
-  // Fills rows_, pen_ids_ and pen_counts_ (runtime/sampler.cpp's penalty window).
+  // Fills rows_, pen_ids_ and pen_counts_ (the penalty window of runtime/sampler.h).
   void plan(std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries);
 
   std::vector<cuda::RowSampling> rows_;
