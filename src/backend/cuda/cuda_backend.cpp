@@ -11,6 +11,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
@@ -340,10 +341,7 @@ void CudaBackend::set_use_graphs(bool on) { impl_->opt.use_graphs = on; }
 bool CudaBackend::use_graphs() const { return impl_->opt.use_graphs; }
 
 bool CudaBackend::samples_on_device() const {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_DEVICE_SAMPLING");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_switch_on("KILN_DEVICE_SAMPLING");
   return on;
 }
 void CudaBackend::set_profiling(bool on) { impl_->set_profiling(on); }

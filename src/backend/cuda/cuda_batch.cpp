@@ -25,14 +25,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/device_sampler.h"
 #include "core/argmax.h"
 #include "core/check.h"
+#include "core/env.h"
 #include "kernels/cuda/sampling.h"
 
 namespace kiln {
@@ -68,10 +67,7 @@ struct MetaLayout {
 // attention_prefill_varlen) rather than one launch per chunk; KILN_PREFILL_VARLEN=0 keeps the
 // per-chunk launches (for comparison).
 bool prefill_varlen_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_PREFILL_VARLEN");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool on = env_switch_on("KILN_PREFILL_VARLEN");
   return on;
 }
 

@@ -43,6 +43,7 @@
 #include "backend/cuda/cuda_check.h"
 #include <mutex>
 
+#include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode_combine.h"
 #include "kernels/cuda/pdl.cuh"
@@ -357,10 +358,7 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
   // The split kernel itself with PDL (its older K/V tiles start loading while the kernel that wrote
   // q finishes); KILN_ATTN_SPLIT_PDL=0 or tune.split_pdl = 0 launches it normally.
-  static const bool split_pdl_env = [] {
-    const char* e = std::getenv("KILN_ATTN_SPLIT_PDL");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");
   const bool split_pdl = pdl_ok && pdl_enabled() && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   launch_maybe_pdl(split_pdl, kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len,

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode_combine.h"
 #include "kernels/cuda/attention_mma.h"
@@ -288,10 +289,7 @@ void launch_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv
   // One wave of resident blocks at lengths near the capacity (attention_decode.cu's default).
   const int P = decode_split_count(resident_blocks, 1, batch * n_kv_heads * head_groups, ws_splits);
   const dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
-  static const bool split_pdl_env = [] {
-    const char* e = std::getenv("KILN_ATTN_SPLIT_PDL");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");  // as attention_decode.cu
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   if (pdl_ok && pdl_enabled() && split_pdl_env) {
     launch_pdl(kernel, grid, dim3(kThreads), smem, stream, q, kv, kv_len, ws, out, n_heads, group, head_groups,

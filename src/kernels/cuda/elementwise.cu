@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/pdl.cuh"
@@ -336,10 +335,7 @@ void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* sl
   KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   // KILN_ROPE_VEC=0 keeps the per-token kernel (for same-run comparison).
-  static const bool vec_on = [] {
-    const char* e = std::getenv("KILN_ROPE_VEC");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool vec_on = env_switch_on("KILN_ROPE_VEC");
   if (vec_on && n >= kRopeVecMinTokens && rot_dim == head_dim && head_dim % 16 == 0 && pool.pos_stride % 8 == 0 &&
       aligned(qkv) && aligned(q_out) && aligned(pool.k) && aligned(pool.v)) {
     const int64_t per_token = rope_vec_rot_items(n_heads + n_kv_heads, head_dim, interleaved) + n_kv_heads * head_dim / 8;

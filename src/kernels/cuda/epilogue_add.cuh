@@ -8,9 +8,8 @@
 // Same sums in the same order: bit-identical results.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env.h"
 #include "kernels/cuda/epilogue.cuh"
 
 namespace kiln::cuda {
@@ -20,10 +19,7 @@ namespace kiln::cuda {
 // store_out / store_out2 treat as add_f32 (any mode other than store_bf16 and store_f32 adds).
 constexpr OutMode kAddF32Serial = OutMode(3);
 inline OutMode wgmma_epilogue_mode(OutMode mode) {
-  static const bool batched = [] {
-    const char* e = std::getenv("KILN_GEMM_ADD_BATCHED");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool batched = env_switch_on("KILN_GEMM_ADD_BATCHED");
   return mode == OutMode::add_f32 && !batched ? kAddF32Serial : mode;
 }
 

@@ -25,11 +25,10 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 
 namespace kiln::cuda {
 
@@ -60,8 +59,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 // Whether launches carry the PDL attribute: on compute capability >= 9 unless KILN_PDL=0.
 inline bool pdl_enabled() {
   static const bool on = [] {
-    const char* env = std::getenv("KILN_PDL");
-    if (env && std::strcmp(env, "0") == 0) return false;
+    if (!env_switch_on("KILN_PDL")) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
@@ -73,10 +71,7 @@ inline bool pdl_enabled() {
 // Whether the decode GEMVs (bf16 and int8/int4) launch with PDL: on with pdl_enabled() unless
 // KILN_GEMV_PDL=0 (the same-binary comparison of docs/PERFORMANCE.md, session 6).
 inline bool gemv_pdl_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("KILN_GEMV_PDL");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
+  static const bool on = env_switch_on("KILN_GEMV_PDL");
   return on && pdl_enabled();
 }
 
