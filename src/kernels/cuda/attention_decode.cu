@@ -359,7 +359,7 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   // The split kernel itself with PDL (its older K/V tiles start loading while the kernel that wrote
   // q finishes); KILN_ATTN_SPLIT_PDL=0 or tune.split_pdl = 0 launches it normally.
   static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");
-  const bool split_pdl = pdl_ok && pdl_enabled() && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
+  const bool split_pdl = pdl_ok && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   launch_maybe_pdl(split_pdl, kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len,
                    ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);

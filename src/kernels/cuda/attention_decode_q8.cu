@@ -291,13 +291,8 @@ void launch_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv
   const dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");  // as attention_decode.cu
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
-  if (pdl_ok && pdl_enabled() && split_pdl_env) {
-    launch_pdl(kernel, grid, dim3(kThreads), smem, stream, q, kv, kv_len, ws, out, n_heads, group, head_groups,
-               head_dim, ws_splits, scale_log2);
-  } else {
-    kernel<<<grid, kThreads, smem, stream>>>(q, kv, kv_len, ws, out, n_heads, group, head_groups, head_dim, ws_splits,
-                                             scale_log2);
-  }
+  launch_maybe_pdl(pdl_ok && split_pdl_env, kernel, grid, dim3(kThreads), smem, stream, q, kv, kv_len, ws, out,
+                   n_heads, group, head_groups, head_dim, ws_splits, scale_log2);
   KILN_CUDA_CHECK_LAUNCH();
   // attention_decode.cu's combine: this kernel's splits are its interleaved ones (q8_split).
   launch_decode_combine(ws, kv_len, out, batch, n_heads, head_dim, ws_splits, P, true, pdl_ok, stream);
