@@ -121,13 +121,17 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
         // per call. The kiln GEMV launches with PDL, so each call's blocks become resident and
         // start their weight loads while the previous call drains -- how the decode step runs its
         // GEMVs (o after the attention combine, down after gate/up). cuBLAS the same way.
+        // v2 and v4-v7 (the main loops of gemv_mma.cuh) too, to compare them where it matters.
         constexpr int kSeq = 8;
-        const double t_seq = time_ms([&](int i) {
-          for (int j = 0; j < kSeq; ++j)
-            gemv_version(0, x.data(), w[size_t((kSeq * i + j) % copies)].data(), nullptr, y.data(), OutMode::store_bf16,
-                         m, s.n, s.k, nullptr);
-        }, reps / 2) / kSeq;
-        record("gemv", shape, "kiln-seq", t_seq, bytes, flops, copy_gbs, 0);
+        for (const int ver : {2, 4, 5, 6, 7, 0}) {
+          const double t_seq = time_ms([&](int i) {
+            for (int j = 0; j < kSeq; ++j)
+              gemv_version(ver, x.data(), w[size_t((kSeq * i + j) % copies)].data(), nullptr, y.data(),
+                           OutMode::store_bf16, m, s.n, s.k, nullptr);
+          }, reps / 2) / kSeq;
+          record("gemv", shape, ver ? "v" + std::to_string(ver) + "-seq" : std::string("kiln-seq"), t_seq, bytes, flops,
+                 copy_gbs, 0);
+        }
         const double t_cseq = time_ms([&](int i) {
           for (int j = 0; j < kSeq; ++j)
             cublas.gemm_bf16(x.data(), w[size_t((kSeq * i + j) % copies)].data(), yref.data(), m, s.n, s.k, nullptr);

@@ -43,6 +43,33 @@
 //   o 16.5 -> 19.2 us, down 35.5 -> 40.3 us at M=1 (decode step 4.77 -> 5.15 ms). The bursts were not
 //   the limit: smaller blocks add a fence + atomic + a serialized last-block reduction per 16 rows
 //   and more, shorter load streams. Kept as a lab version (the evidence); the default is v2.
+//   v4: v2's kernel with a two-stage register pipeline (gemv_mma.cuh, PIPE): U = 4 chunk groups per
+//       stage, the loads of step s + 2 issued right after step s's MMAs, so a warp is never without
+//       weight loads in flight until its last step (v2 at U = 8: a 16-load burst, then nothing while
+//       it reads x and runs 32 dependent MMAs). x is read with a predicated load (no branch, no
+//       load for rows >= M). Aimed at the single-wave shapes (qkv, o: 2-4 steps per warp, so the
+//       gap between bursts is a large share of the call) and at the kernel boundaries in sequence.
+//   Predicted: qkv / o in sequence 83 / 82% of copy -> ~90%; gate_up / down / lm_head unchanged
+//   (many blocks per SM already hide a warp's gaps).
+//   Measured (H200, session 7 run 1, same run as v2): SLOWER on every shape, isolated and in
+//   sequence: o M=1 in sequence 10.04 (v2) -> 11.33 us, qkv 16.70 -> 17.33, gate_up 57.4 -> 60.6,
+//   lm_head 245.4 -> 254.0 isolated; tg128 240.9 -> 231.9 tok/s. The gaps between a warp's bursts
+//   were not what kept the bytes off the bus: halving the loads per stage halves what a warp has in
+//   flight at its first (largest) request, and with 8-16 warps per SM the others fill the gaps
+//   anyway. Kept as a lab version (the evidence); the default is v2.
+//   v5: v4 in <= 80 registers (U = 3, 2 for two n-tiles) so three 8-warp blocks fit per SM: in
+//       sequence the next GEMV's blocks are resident beside this one's (its first two stages
+//       requested before it waits) instead of entering only as this one's blocks retire. Trade:
+//       25% fewer bytes in flight per warp. Measured (same run): slower still (o M=1 in sequence
+//       11.47 us, down 36.1 vs v2's 28.4): the co-resident blocks did not make up for the bytes.
+//   v6 / v7: v2's main loop in a persistent grid of 1 / 2 blocks of 8 warps per SM
+//       (gemv_mma.cuh, gemv_persist_kernel): each warp requests the next row block's first step
+//       before the block's epilogue, and (v6) the grid leaves half the registers free, so the next
+//       GEMV's blocks are resident from the moment this one is past its wait (PDL) and the bus need
+//       not drain at the boundary. Trade (v6): half v2's warps per SM, 64 KB of weight loads in
+//       flight per SM instead of 128.
+//   Predicted: o / qkv in sequence 84 / 76% -> ~90% if 64 KB per SM keeps the bus busy; isolated
+//       o / qkv a few % better from (1).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -175,19 +202,20 @@ void gemv_v1(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mo
 // ---- v2: tensor cores (see the top of the file; the kernel is gemv_mma.cuh's, shared with the
 // decode GEMVs that fold the norm, RoPE and SwiGLU in: gemv_fused.cu) ----
 
+// loop: plain (v2), pipelined (v4) or the default (version 0).
 template <int NT>
 void launch_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
-               cudaStream_t stream) {
-  launch_gemv_mma<NT>(x, w, m, N, K, (N + 15) / 16, StoreRows{bias, y, mode}, stream);
+               cudaStream_t stream, GemvLoop loop) {
+  launch_gemv_mma<NT>(x, w, m, N, K, (N + 15) / 16, StoreRows{bias, y, mode}, stream, loop);
 }
 
 void gemv_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
-             cudaStream_t stream) {
+             cudaStream_t stream, GemvLoop loop) {
   if (K % 8 != 0) return gemv_v1(x, w, bias, y, mode, m, N, K, stream);  // scalar path
   if (m <= 8)
-    launch_v2<1>(x, w, bias, y, mode, m, N, K, stream);
+    launch_v2<1>(x, w, bias, y, mode, m, N, K, stream, loop);
   else
-    launch_v2<2>(x, w, bias, y, mode, m, N, K, stream);
+    launch_v2<2>(x, w, bias, y, mode, m, N, K, stream, loop);
 }
 
 // ---- v3: v2 with split-K across blocks (see the top of the file) ----
@@ -373,7 +401,7 @@ bool use_v3(int64_t N, int64_t K) {
 
 }  // namespace
 
-int gemv_versions() { return 3; }
+int gemv_versions() { return 7; }
 
 void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -383,8 +411,18 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
   const int m = int(M);
   if (version == 1)
     gemv_v1(x, w, bias, y, mode, m, N, K, stream);
-  else if (version == 2 || (version == 0 && !(kDefaultSplitK && use_v3(N, K))))
-    gemv_v2(x, w, bias, y, mode, m, N, K, stream);
+  else if (version == 2)
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
+  else if (version == 4)
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined);
+  else if (version == 5)
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined_lean);
+  else if (version == 6)
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::persistent);
+  else if (version == 7)
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::persistent2);
+  else if (version == 0 && !(kDefaultSplitK && use_v3(N, K)))
+    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else
     gemv_v3(x, w, bias, y, mode, m, N, K, stream);
   KILN_CUDA_CHECK_LAUNCH();

@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
@@ -35,10 +37,57 @@ struct StoreRows {
   }
 };
 
+// One step's weight fragments of lane (g, t): chunk groups u = 0..U-1 at chunks base + 4u of rows
+// lo0 + g and hi0 + g, zeros past the end of K (the loads that are all the kernel waits on).
+template <int U>
+struct WeightStage {
+  uint4 lo[U], hi[U];
+  __device__ __forceinline__ void load(const uint4* w_lo, const uint4* w_hi, int64_t base, int64_t n_chunks) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + 4 * u;
+      if (c < n_chunks) {
+        lo[u] = qk::ld_weight(w_lo + c);
+        hi[u] = qk::ld_weight(w_hi + c);
+      } else {
+        lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+};
+
+// x's fragments for one step (one 16-byte load per n-tile and chunk group, predicated: no load for
+// activation rows >= M or chunks past K) and the 2 MMAs per chunk group and n-tile.
+template <int NT, int U>
+__device__ __forceinline__ void gemv_mma_step(float (&acc)[NT][4], const WeightStage<U>& a, const uint4* const (&xr)[NT],
+                                              const bool (&x_ok)[NT], int64_t base, int64_t n_chunks) {
+  uint4 b[NT][U];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + 4 * u;
+      b[j][u] = ld_after_wait_if(xr[j] + c, x_ok[j] && c < n_chunks);
+    }
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      qk::mma_bf16(acc[j], a.lo[u].x, a.hi[u].x, a.lo[u].y, a.hi[u].y, b[j][u].x, b[j][u].y);
+      qk::mma_bf16(acc[j], a.lo[u].z, a.hi[u].z, a.lo[u].w, a.hi[u].w, b[j][u].z, b[j][u].w);
+    }
+}
+
 // NT n-tiles of 8 activation rows (1: M <= 8, 2: M <= 16); U chunk groups per step; W warps split
 // K. Needs K % 8 == 0. x: M bf16 rows of K (L1/L2 resident: every block reads all of x).
-template <int NT, int U, int W, class E>
-__global__ void __launch_bounds__(W * 32, 16 / W)
+// PIPE false (gemv.cu's v2): a warp loads a step's 2U weight chunks, then multiplies them, then
+// loads the next step: between its bursts it has no weight load in flight. PIPE true (v4): two
+// register stages of U chunk groups; the loads of step s + 2 are issued right after step s's MMAs,
+// so while a warp multiplies one stage the other is in flight (the same 16 loads per lane at
+// U = 4 as v2's one stage at U = 8, never zero outstanding until the last step).
+// MINB: blocks per SM the registers must allow (16 / W: 16 warps, <= 128 registers).
+template <int NT, int U, int W, bool PIPE, class E, int MINB = 16 / W>
+__global__ void __launch_bounds__(W * 32, MINB)
     gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K, E epi) {
   __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -62,73 +111,158 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
   constexpr int kStep = 4 * U;  // chunks per warp step
+  const int64_t stride = int64_t(W) * kStep;
   // Launched with PDL (launch_gemv_mma), the blocks become resident while the kernel before this
   // one (rmsnorm, the attention combine, the previous GEMV's last wave) still runs: each warp
-  // issues its first step's weight loads (so W must be memory no kernel of the step writes: model
-  // weights, never a scratch filled just before) and only then waits
-  // for that kernel (pdl_wait) before it reads x. Then the kernel after this one (the decode
+  // issues its first weight loads (its first step; PIPE: its first two) (so W must be memory no
+  // kernel of the step writes: model weights, never a scratch filled just before) and only then
+  // waits for that kernel (pdl_wait) before it reads x. Then the kernel after this one (the decode
   // attention after the fused qkv GEMV, the next GEMV) may be launched: it touches nothing this one
   // writes before its own pdl_wait.
-  bool waited = false;
-  // The loop bound is warp-uniform (mma.sync needs the whole warp); lane t's chunks are base + t + 4u.
-  for (int64_t step = int64_t(warp) * kStep; step < n_chunks; step += int64_t(W) * kStep) {
-    const int64_t base = step + t;
-    uint4 a_lo[U], a_hi[U], b[NT][U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {  // every weight load first: they are what the kernel waits on
-      const int64_t c = base + 4 * u;
-      if (c < n_chunks) {
-        a_lo[u] = qk::ld_weight(w_lo + c);
-        a_hi[u] = qk::ld_weight(w_hi + c);
-      } else {
-        a_lo[u] = a_hi[u] = make_uint4(0, 0, 0, 0);
-      }
-    }
-    if (!waited) {
-      pdl_wait();
-      pdl_launch_dependents();
-      waited = true;
-    }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = base + 4 * u;
-        b[j][u] = (x_ok[j] && c < n_chunks) ? ld_after_wait(xr[j] + c) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        qk::mma_bf16(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
-        qk::mma_bf16(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
-      }
-  }
-
-  if (!waited) {  // a warp with no K steps (K < 32 W): the epilogue's inputs need the wait too
+  // Loop bounds are warp-uniform (mma.sync needs the whole warp); lane t's chunks are base + t + 4u.
+  const int64_t first = int64_t(warp) * kStep + t;
+  if constexpr (PIPE) {
+    WeightStage<U> s0, s1;
+    s0.load(w_lo, w_hi, first, n_chunks);
+    s1.load(w_lo, w_hi, first + stride, n_chunks);
     pdl_wait();
     pdl_launch_dependents();
+    for (int64_t base = first; base - t < n_chunks; base += 2 * stride) {
+      gemv_mma_step<NT, U>(acc, s0, xr, x_ok, base, n_chunks);
+      if (base + stride - t >= n_chunks) break;
+      s0.load(w_lo, w_hi, base + 2 * stride, n_chunks);
+      gemv_mma_step<NT, U>(acc, s1, xr, x_ok, base + stride, n_chunks);
+      s1.load(w_lo, w_hi, base + 3 * stride, n_chunks);
+    }
+  } else {
+    bool waited = false;
+    for (int64_t base = first; base - t < n_chunks; base += stride) {
+      WeightStage<U> a;
+      a.load(w_lo, w_hi, base, n_chunks);  // every weight load first: they are what the kernel waits on
+      if (!waited) {
+        pdl_wait();
+        pdl_launch_dependents();
+        waited = true;
+      }
+      gemv_mma_step<NT, U>(acc, a, xr, x_ok, base, n_chunks);
+    }
+    if (!waited) {  // a warp with no K steps (K < 8 kStep W): the epilogue's inputs need the wait too
+      pdl_wait();
+      pdl_launch_dependents();
+    }
   }
   gemv_stash<W, NT>(red, warp, g, t, acc);
   epi.template finish<W, NT>(red, lo0, hi0, m_actual, N);
 }
 
+// The persistent form (gemv.cu's v6 / v7): a grid of at most P blocks of W = 8 warps per SM, block
+// i taking row blocks i, i + grid, ... with v2's main loop (U chunk groups per step, one stage).
+// Two things v2 cannot do: (1) at the end of a row block each warp requests the next row block's
+// first step before the block meets in shared memory and stores, so the epilogue is under loads;
+// (2) with P = 1 the grid holds half of each SM's registers (8 warps x <= 128), so the next GEMV,
+// launched with PDL once every block here is past its wait, has its blocks resident at once and
+// their first weights in flight while this one streams: at the boundary between two GEMVs the bus
+// does not wait for blocks to retire and new ones to start.
+template <int NT, int U, int W, class E>
+__global__ void __launch_bounds__(W * 32, 16 / W)
+    gemv_persist_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K,
+                        int64_t row_blocks, E epi) {
+  __shared__ float red[W][16][8 * NT + 1];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t n_chunks = K / 8;
+  constexpr int kStep = 4 * U;
+  const int64_t stride = int64_t(W) * kStep, first = int64_t(warp) * kStep + t;
+  const uint4* xr[NT];
+  bool x_ok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    x_ok[j] = 8 * j + g < m_actual;
+    xr[j] = reinterpret_cast<const uint4*>(x + (x_ok[j] ? (8 * j + g) * K : 0));
+  }
+  // Row block b's weight rows for lane (g, t) (clamped past N, as v2).
+  auto rows_of = [&](int64_t b, int64_t& lo0, int64_t& hi0, const uint4*& w_lo, const uint4*& w_hi) {
+    epi.rows(b, lo0, hi0);
+    w_lo = reinterpret_cast<const uint4*>(w + imin64(lo0 + g, N - 1) * K);
+    w_hi = reinterpret_cast<const uint4*>(w + imin64(hi0 + g, N - 1) * K);
+  };
+  int64_t b = blockIdx.x, lo0, hi0;
+  const uint4 *w_lo, *w_hi;
+  rows_of(b, lo0, hi0, w_lo, w_hi);
+  WeightStage<U> a;
+  a.load(w_lo, w_hi, first, n_chunks);  // weights only before the wait (see gemv_mma_kernel)
+  pdl_wait();
+  pdl_launch_dependents();
+  for (;;) {
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+    // At least one step per row block (zeros past K: a warp with no chunks adds nothing).
+    for (int64_t base = first;;) {
+      gemv_mma_step<NT, U>(acc, a, xr, x_ok, base, n_chunks);
+      base += stride;
+      if (base - t >= n_chunks) break;
+      a.load(w_lo, w_hi, base, n_chunks);
+    }
+    const int64_t next = b + gridDim.x;
+    int64_t nlo0 = 0, nhi0 = 0;
+    const uint4 *nw_lo = w_lo, *nw_hi = w_hi;
+    if (next < row_blocks) {  // block-uniform
+      rows_of(next, nlo0, nhi0, nw_lo, nw_hi);
+      a.load(nw_lo, nw_hi, first, n_chunks);
+    }
+    gemv_stash<W, NT>(red, warp, g, t, acc);
+    epi.template finish<W, NT>(red, lo0, hi0, m_actual, N);
+    if (next >= row_blocks) break;
+    __syncthreads();  // every thread is done reading red before the next row block's stash
+    b = next, lo0 = nlo0, hi0 = nhi0, w_lo = nw_lo, w_hi = nw_hi;
+  }
+}
+
+// Which main loop launch_gemv_mma runs: gemv.cu's v2 (plain: the default everywhere), its v4
+// (pipelined) or its v5 (pipelined in <= 80 registers, so 24 warps fit per SM and the next GEMV's
+// blocks can be resident beside this one's). v4 and v5 lost to v2 on every shape (session 7,
+// docs/performance/gemv.md): lab versions only.
+// persistent / persistent2: gemv_persist_kernel with 1 / 2 blocks of 8 warps per SM (v6 / v7).
+enum class GemvLoop { plain, pipelined, pipelined_lean, persistent, persistent2 };
+
 // A launch over `blocks` 16-row blocks: 16 warps fit per SM (<= 128 registers). A grid that fits
 // in two blocks per SM takes 8-warp blocks (o, down: 256 blocks -> 16 warps on each SM); larger
 // grids take 4-warp blocks, so up to 4 are resident per SM and a grid of <= 4 blocks per SM (qkv:
-// 384) runs in one wave. U = 8 chunk groups per step for one n-tile; 6 for two (the second tile's
-// x fragments would push U = 8 past 128 registers: ptxas spilled).
+// 384) runs in one wave. Plain loop: U = 8 chunk groups per step for one n-tile, 6 for two (the
+// second tile's x fragments would push U = 8 past 128 registers: ptxas spilled). Pipelined: two
+// stages of U = 4 (one n-tile) or 3 (two); lean: two stages of U = 3 or 2.
 template <int NT, class E>
 void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, int64_t blocks, const E& epi,
-                     cudaStream_t stream) {
-  constexpr int U = NT == 1 ? 8 : 6;
+                     cudaStream_t stream, GemvLoop loop = GemvLoop::plain) {
   const bool pdl = gemv_pdl_enabled();
-  if (blocks <= 2 * int64_t(gemv_sm_count()))
-    launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, E>, dim3(unsigned(blocks)), dim3(8 * 32), 0, stream, x, w, m, N, K,
-                     epi);
-  else
-    launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, E>, dim3(unsigned(blocks)), dim3(4 * 32), 0, stream, x, w, m, N, K,
-                     epi);
+  const bool wide = blocks <= 2 * int64_t(gemv_sm_count());
+  const dim3 grid{unsigned(blocks)};
+  if (loop == GemvLoop::persistent || loop == GemvLoop::persistent2) {
+    constexpr int U = NT == 1 ? 8 : 6;
+    const int64_t per_sm = loop == GemvLoop::persistent ? 1 : 2;
+    const dim3 pgrid{unsigned(std::min<int64_t>(blocks, per_sm * gemv_sm_count()))};
+    launch_maybe_pdl(pdl, gemv_persist_kernel<NT, U, 8, E>, pgrid, dim3(8 * 32), 0, stream, x, w, m, N, K, blocks, epi);
+  } else if (loop == GemvLoop::pipelined_lean) {
+    constexpr int U = NT == 1 ? 3 : 2;
+    if (wide)
+      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, true, E, 3>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
+    else
+      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, true, E, 6>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K, epi);
+  } else if (loop == GemvLoop::pipelined) {
+    constexpr int U = NT == 1 ? 4 : 3;
+    if (wide)
+      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, true, E>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
+    else
+      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, true, E>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K, epi);
+  } else {
+    constexpr int U = NT == 1 ? 8 : 6;
+    if (wide)
+      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, false, E>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
+    else
+      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, false, E>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K, epi);
+  }
 }
 
 }  // namespace kiln::cuda

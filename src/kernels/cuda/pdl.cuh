@@ -53,6 +53,20 @@ __device__ __forceinline__ uint4 ld_after_wait(const void* p) {
   return v;
 }
 
+// ld_after_wait where `pred` holds, else zeros: the condition is tested inside the asm (a predicated
+// load, no branch), so lanes with nothing to read issue no load. Written as a plain `pred ? load :
+// 0` the volatile asm cannot be if-converted and the compiler branches around every load.
+__device__ __forceinline__ uint4 ld_after_wait_if(const void* p, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n"
+      "mov.b32 %0, 0;\nmov.b32 %1, 0;\nmov.b32 %2, 0;\nmov.b32 %3, 0;\n"
+      "@q ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(int(pred)));
+  return v;
+}
+
 // Fire-and-forget fetch of the 16 bytes at p into L2 (no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
