@@ -121,9 +121,9 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
         // per call. The kiln GEMV launches with PDL, so each call's blocks become resident and
         // start their weight loads while the previous call drains -- how the decode step runs its
         // GEMVs (o after the attention combine, down after gate/up). cuBLAS the same way.
-        // v2 and v4-v7 (the main loops of gemv_mma.cuh) too, to compare them where it matters.
+        // v2 and v4 (the two main loops of gemv_mma.cuh) too, to compare them where it matters.
         constexpr int kSeq = 8;
-        for (const int ver : {2, 4, 5, 6, 7, 0}) {
+        for (const int ver : {2, 4, 0}) {
           const double t_seq = time_ms([&](int i) {
             for (int j = 0; j < kSeq; ++j)
               gemv_version(ver, x.data(), w[size_t((kSeq * i + j) % copies)].data(), nullptr, y.data(),

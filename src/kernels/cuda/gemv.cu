@@ -17,7 +17,10 @@
 //       (16 x 16-byte weight loads in flight per lane, 8 KB per warp; U = 6 for M > 8 to stay
 //       without spills), <= 128 registers so 16 warps
 //       fit per SM (>= 64 KB of weight loads in flight per SM). Loads carry .L2::256B so the 64-byte
-//       row pieces of one instruction become whole-line DRAM fetches.
+//       row pieces of one instruction become whole-line DRAM fetches. x is read after the PDL wait
+//       with a predicated coherent load (session 7: the condition inside the asm instead of a branch
+//       around it; same run: tg128 239.3 -> 241.8 tok/s, lm_head 251.7 -> 243.5 us, o in sequence
+//       10.43 -> 10.01 us, but qkv in sequence 15.28 -> 16.69 us, not understood).
 //   Predicted (H200, copy ceiling 3.9-4.25 TB/s, vs v1): gate_up / down / lm_head at every M within
 //   5% of v1's M=1 (64.5 / 40.7 / 247 us; down at 40.7 is 2.9 TB/s so v2 may gain there from the
 //   8-warp K split: ~32 us); qkv M=1 21.3 -> ~15 us, o 18.2 -> ~11 us (whole matrix requested in
@@ -57,19 +60,11 @@
 //   were not what kept the bytes off the bus: halving the loads per stage halves what a warp has in
 //   flight at its first (largest) request, and with 8-16 warps per SM the others fill the gaps
 //   anyway. Kept as a lab version (the evidence); the default is v2.
-//   v5: v4 in <= 80 registers (U = 3, 2 for two n-tiles) so three 8-warp blocks fit per SM: in
-//       sequence the next GEMV's blocks are resident beside this one's (its first two stages
-//       requested before it waits) instead of entering only as this one's blocks retire. Trade:
-//       25% fewer bytes in flight per warp. Measured (same run): slower still (o M=1 in sequence
-//       11.47 us, down 36.1 vs v2's 28.4): the co-resident blocks did not make up for the bytes.
-//   v6 / v7: v2's main loop in a persistent grid of 1 / 2 blocks of 8 warps per SM
-//       (gemv_mma.cuh, gemv_persist_kernel): each warp requests the next row block's first step
-//       before the block's epilogue, and (v6) the grid leaves half the registers free, so the next
-//       GEMV's blocks are resident from the moment this one is past its wait (PDL) and the bus need
-//       not drain at the boundary. Trade (v6): half v2's warps per SM, 64 KB of weight loads in
-//       flight per SM instead of 128.
-//   Predicted: o / qkv in sequence 84 / 76% -> ~90% if 64 KB per SM keeps the bus busy; isolated
-//       o / qkv a few % better from (1).
+//   Two variants measured the same way and removed (code in commit 8ea607b; numbers in
+//   docs/performance/gemv.md, session 7): v4 in 80 registers so 24 warps fit per SM (slower still),
+//   and v2's loop in a persistent grid of 1 or 2 blocks of 8 warps per SM, each warp requesting the
+//   next row block's first step before the epilogue (qkv M=1 in sequence 16.7 -> 15.6 us, every
+//   other shape and M = 16 slower: o 10.0 -> 10.9-11.7 us, lm_head M=16 262 -> 357-379 us).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -401,7 +396,7 @@ bool use_v3(int64_t N, int64_t K) {
 
 }  // namespace
 
-int gemv_versions() { return 7; }
+int gemv_versions() { return 4; }
 
 void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -415,12 +410,7 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else if (version == 4)
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined);
-  else if (version == 5)
-    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined_lean);
-  else if (version == 6)
-    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::persistent);
-  else if (version == 7)
-    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::persistent2);
+
   else if (version == 0 && !(kDefaultSplitK && use_v3(N, K)))
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else

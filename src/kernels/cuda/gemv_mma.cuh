@@ -9,8 +9,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
@@ -85,9 +83,8 @@ __device__ __forceinline__ void gemv_mma_step(float (&acc)[NT][4], const WeightS
 // register stages of U chunk groups; the loads of step s + 2 are issued right after step s's MMAs,
 // so while a warp multiplies one stage the other is in flight (the same 16 loads per lane at
 // U = 4 as v2's one stage at U = 8, never zero outstanding until the last step).
-// MINB: blocks per SM the registers must allow (16 / W: 16 warps, <= 128 registers).
-template <int NT, int U, int W, bool PIPE, class E, int MINB = 16 / W>
-__global__ void __launch_bounds__(W * 32, MINB)
+template <int NT, int U, int W, bool PIPE, class E>
+__global__ void __launch_bounds__(W * 32, 16 / W)
     gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K, E epi) {
   __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -155,102 +152,24 @@ __global__ void __launch_bounds__(W * 32, MINB)
   epi.template finish<W, NT>(red, lo0, hi0, m_actual, N);
 }
 
-// The persistent form (gemv.cu's v6 / v7): a grid of at most P blocks of W = 8 warps per SM, block
-// i taking row blocks i, i + grid, ... with v2's main loop (U chunk groups per step, one stage).
-// Two things v2 cannot do: (1) at the end of a row block each warp requests the next row block's
-// first step before the block meets in shared memory and stores, so the epilogue is under loads;
-// (2) with P = 1 the grid holds half of each SM's registers (8 warps x <= 128), so the next GEMV,
-// launched with PDL once every block here is past its wait, has its blocks resident at once and
-// their first weights in flight while this one streams: at the boundary between two GEMVs the bus
-// does not wait for blocks to retire and new ones to start.
-template <int NT, int U, int W, class E>
-__global__ void __launch_bounds__(W * 32, 16 / W)
-    gemv_persist_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K,
-                        int64_t row_blocks, E epi) {
-  __shared__ float red[W][16][8 * NT + 1];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t n_chunks = K / 8;
-  constexpr int kStep = 4 * U;
-  const int64_t stride = int64_t(W) * kStep, first = int64_t(warp) * kStep + t;
-  const uint4* xr[NT];
-  bool x_ok[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    x_ok[j] = 8 * j + g < m_actual;
-    xr[j] = reinterpret_cast<const uint4*>(x + (x_ok[j] ? (8 * j + g) * K : 0));
-  }
-  // Row block b's weight rows for lane (g, t) (clamped past N, as v2).
-  auto rows_of = [&](int64_t b, int64_t& lo0, int64_t& hi0, const uint4*& w_lo, const uint4*& w_hi) {
-    epi.rows(b, lo0, hi0);
-    w_lo = reinterpret_cast<const uint4*>(w + imin64(lo0 + g, N - 1) * K);
-    w_hi = reinterpret_cast<const uint4*>(w + imin64(hi0 + g, N - 1) * K);
-  };
-  int64_t b = blockIdx.x, lo0, hi0;
-  const uint4 *w_lo, *w_hi;
-  rows_of(b, lo0, hi0, w_lo, w_hi);
-  WeightStage<U> a;
-  a.load(w_lo, w_hi, first, n_chunks);  // weights only before the wait (see gemv_mma_kernel)
-  pdl_wait();
-  pdl_launch_dependents();
-  for (;;) {
-    float acc[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-    // At least one step per row block (zeros past K: a warp with no chunks adds nothing).
-    for (int64_t base = first;;) {
-      gemv_mma_step<NT, U>(acc, a, xr, x_ok, base, n_chunks);
-      base += stride;
-      if (base - t >= n_chunks) break;
-      a.load(w_lo, w_hi, base, n_chunks);
-    }
-    const int64_t next = b + gridDim.x;
-    int64_t nlo0 = 0, nhi0 = 0;
-    const uint4 *nw_lo = w_lo, *nw_hi = w_hi;
-    if (next < row_blocks) {  // block-uniform
-      rows_of(next, nlo0, nhi0, nw_lo, nw_hi);
-      a.load(nw_lo, nw_hi, first, n_chunks);
-    }
-    gemv_stash<W, NT>(red, warp, g, t, acc);
-    epi.template finish<W, NT>(red, lo0, hi0, m_actual, N);
-    if (next >= row_blocks) break;
-    __syncthreads();  // every thread is done reading red before the next row block's stash
-    b = next, lo0 = nlo0, hi0 = nhi0, w_lo = nw_lo, w_hi = nw_hi;
-  }
-}
-
-// Which main loop launch_gemv_mma runs: gemv.cu's v2 (plain: the default everywhere), its v4
-// (pipelined) or its v5 (pipelined in <= 80 registers, so 24 warps fit per SM and the next GEMV's
-// blocks can be resident beside this one's). v4 and v5 lost to v2 on every shape (session 7,
-// docs/performance/gemv.md): lab versions only.
-// persistent / persistent2: gemv_persist_kernel with 1 / 2 blocks of 8 warps per SM (v6 / v7).
-enum class GemvLoop { plain, pipelined, pipelined_lean, persistent, persistent2 };
+// Which main loop launch_gemv_mma runs: gemv.cu's v2 (plain: the default everywhere) or its v4
+// (pipelined), a lab version: it lost to v2 on every shape (session 7, docs/performance/gemv.md,
+// with v4's variants that were tried and removed).
+enum class GemvLoop { plain, pipelined };
 
 // A launch over `blocks` 16-row blocks: 16 warps fit per SM (<= 128 registers). A grid that fits
 // in two blocks per SM takes 8-warp blocks (o, down: 256 blocks -> 16 warps on each SM); larger
 // grids take 4-warp blocks, so up to 4 are resident per SM and a grid of <= 4 blocks per SM (qkv:
 // 384) runs in one wave. Plain loop: U = 8 chunk groups per step for one n-tile, 6 for two (the
 // second tile's x fragments would push U = 8 past 128 registers: ptxas spilled). Pipelined: two
-// stages of U = 4 (one n-tile) or 3 (two); lean: two stages of U = 3 or 2.
+// stages of U = 4 (one n-tile) or 3 (two).
 template <int NT, class E>
 void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, int64_t blocks, const E& epi,
                      cudaStream_t stream, GemvLoop loop = GemvLoop::plain) {
   const bool pdl = gemv_pdl_enabled();
   const bool wide = blocks <= 2 * int64_t(gemv_sm_count());
   const dim3 grid{unsigned(blocks)};
-  if (loop == GemvLoop::persistent || loop == GemvLoop::persistent2) {
-    constexpr int U = NT == 1 ? 8 : 6;
-    const int64_t per_sm = loop == GemvLoop::persistent ? 1 : 2;
-    const dim3 pgrid{unsigned(std::min<int64_t>(blocks, per_sm * gemv_sm_count()))};
-    launch_maybe_pdl(pdl, gemv_persist_kernel<NT, U, 8, E>, pgrid, dim3(8 * 32), 0, stream, x, w, m, N, K, blocks, epi);
-  } else if (loop == GemvLoop::pipelined_lean) {
-    constexpr int U = NT == 1 ? 3 : 2;
-    if (wide)
-      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, true, E, 3>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
-    else
-      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, true, E, 6>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K, epi);
-  } else if (loop == GemvLoop::pipelined) {
+  if (loop == GemvLoop::pipelined) {
     constexpr int U = NT == 1 ? 4 : 3;
     if (wide)
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, true, E>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
