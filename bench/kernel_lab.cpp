@@ -2,12 +2,14 @@
 // then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
-//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm] [--unheld]
+//   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm]
+//              [--gemm-m M] [--unheld]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
 //    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS; --decode: those
 //    at M = 1 and 16 only; --gemv: only the bf16 decode GEMVs, M = 1..16, every version;
 //    --gemm: only the batched-decode GEMMs at M = 64..256 and the prefill GEMM versions 4.. at
-//    M = 512 / 2048 / 4096, with a summary table last)
+//    M = 512 / 2048 / 4096, with a summary table last; --gemm-m M: with --gemm, only the prefill GEMM
+//    versions at that one M, no batched-decode GEMMs: the cheapest run for one M's candidates)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +26,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "core/dtype.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/random_fill.h"
@@ -219,29 +222,36 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
 
 // The prefill GEMM table last (the device run's reply carries the end of the output): TFLOP/s of
 // v4, v5 and the default choice next to cuBLAS in the same run, and the default's ratio.
+// Columns: v4 .. v12 (v10 / v11: cooperative 128x224, register / TMA-store epilogue; v12: 128x256
+// split-K over a 2-CTA cluster), then the best version's ratio to cuBLAS ("best/cb") next to kiln's.
 void print_gemm_summary() {
-  std::printf("\n%-32s %8s %8s %8s %8s %8s %8s %8s %8s %7s\n", "gemm (TFLOP/s)", "v4", "v5", "v6 pp", "v7 c192",
-              "v8 c256", "v9 c256t", "kiln", "cublas", "kiln/cb");
+  constexpr int kCols = 11;  // v4 .. v12, kiln, cublas
+  const char* names[kCols] = {"v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "kiln", "cublas"};
+  const char* heads[kCols] = {"v4", "v5", "v6 pp", "v7 c192", "v8 c256", "v9 c256t", "v10 c224", "v11 224t",
+                              "v12 sk2", "kiln", "cublas"};
+  constexpr int kVersions = 9, kKiln = 9, kCublas = 10;
+  std::printf("\n%-28s", "gemm (TFLOP/s)");
+  for (int i = 0; i <= kCublas; ++i) std::printf(" %8s", heads[i]);
+  std::printf(" %7s %7s\n", "kiln/cb", "best/cb");
   std::string shape;
-  double t[8] = {};  // v4 v5 v6 v7 v8 v9 kiln cublas
+  double t[kCols] = {};
   auto flush = [&] {
-    if (!shape.empty())
-      std::printf("%-32s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %7.3f\n", shape.c_str(), t[0], t[1], t[2],
-                  t[3], t[4], t[5], t[6], t[7], t[7] > 0 ? t[6] / t[7] : 0.0);
+    if (shape.empty()) return;
+    std::printf("%-28s", shape.c_str());
+    double best = 0.0;
+    for (int i = 0; i <= kCublas; ++i) std::printf(" %8.1f", t[i]);
+    for (int i = 0; i < kVersions; ++i) best = std::max(best, t[i]);
+    std::printf(" %7.3f %7.3f\n", t[kCublas] > 0 ? t[kKiln] / t[kCublas] : 0.0, t[kCublas] > 0 ? best / t[kCublas] : 0.0);
   };
   for (const auto& r : g_results) {
     if (r.value("kernel", "") != "gemm") continue;
     const std::string sh = r.value("shape", ""), v = r.value("version", "");
-    if (sh.find(" M=512 ") == std::string::npos && sh.find(" M=2048 ") == std::string::npos &&
-        sh.find(" M=4096 ") == std::string::npos)
-      continue;
     if (sh != shape) {
       flush();
       shape = sh;
-      std::fill(t, t + 8, 0.0);
+      std::fill(t, t + kCols, 0.0);
     }
-    const char* names[] = {"v4", "v5", "v6", "v7", "v8", "v9", "kiln", "cublas"};
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i <= kCublas; ++i)
       if (v == names[i]) t[i] = r.value("tflops", 0.0);
   }
   flush();
@@ -385,6 +395,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
+  int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
@@ -394,10 +405,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--decode")) quant_only = g_decode_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
     else if (!std::strcmp(argv[i], "--gemm")) gemm_only = true;
+    else if (!std::strcmp(argv[i], "--gemm-m") && i + 1 < argc && std::atoll(argv[i + 1]) > 0)
+      gemm_only = true, gemm_m = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
-                           "[--gemv] [--gemm] [--unheld]\n");
+                           "[--gemv] [--gemm] [--gemm-m M] [--unheld]\n");
       return 2;
     }
   }
@@ -413,8 +426,14 @@ int main(int argc, char** argv) {
     if (gemm_only) {
       CublasGemm cublas;
       g_gemm_first_version = 4;
-      bench_skinny(copy_gbs, cublas, {64, 128, 256});
-      bench_matmul(copy_gbs, cublas, {512, 2048, 4096}, true);
+      // v12 needs m_tiles x n_tiles clusters of 2 resident at once for one round (o M = 512: 64).
+      std::printf("gemm v12: %d clusters of 2 CTAs resident at once\n", gemm_wgmma_cluster_max_active());
+      if (gemm_m > 0) {
+        bench_matmul(copy_gbs, cublas, {gemm_m}, true);
+      } else {
+        bench_skinny(copy_gbs, cublas, {64, 128, 256});
+        bench_matmul(copy_gbs, cublas, {512, 2048, 4096}, true);
+      }
     } else if (quant_only) {
       CublasGemm cublas;
       bench_quant(copy_gbs, cublas);

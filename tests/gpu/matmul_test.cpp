@@ -66,7 +66,7 @@ void check_matmul(Shape s, cuda::OutMode mode, bool bias, Path path, int version
   EXPECT_LT(rel_error(out, ref), tol);
 }
 
-// gemm versions 4..8 (wgmma, sm_90a) run only on a cc 9.0 device; elsewhere they run v2, so testing
+// gemm versions 4..12 (wgmma, sm_90a) run only on a cc 9.0 device; elsewhere they run v2, so testing
 // them there would test nothing new: skip them, saying so once per version.
 bool gemm_version_testable(int v) {
   if (v < 4 || cuda::gemm_wgmma_available()) return true;
@@ -200,6 +200,62 @@ TEST(GpuMatmul, GemmPersistentOddShapes) {
     for (bool bias : {false, true}) check_matmul(s, cuda::OutMode::store_bf16, bias, Path::gemm, 9);
 }
 
+// v10 / v11 (persistent, cooperative 128x224 tiles; v11 with the TMA-store epilogue in (64, 32)
+// boxes, bf16 out with N % 8 == 0, else v10): N off the 224-wide tile (4500 = 20 x 224 + 20, 3000,
+// 257, 677 = 3 x 224 + 5), several tiles per block (2049 x 4500: 340 tiles on 132 SMs) and one, K
+// = 64 (the 5- / 3-stage ring wraps every 5 / 3 tiles), 520, 4104; every mode, bias somewhere.
+TEST(GpuMatmul, GemmCoop224OddShapes) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(10)) GTEST_SKIP() << "gemm v10 (wgmma) needs an sm_90 device and an sm_90a build";
+  const Shape shapes[] = {Shape{2049, 4500, 64}, Shape{700, 3000, 4104}, Shape{1500, 1800, 520},
+                          Shape{300, 257, 520}, Shape{130, 677, 1000}, Shape{37, 200, 72}};
+  for (int v : {10, 11})
+    for (int i = 0; i < int(std::size(shapes)); ++i)
+      for (auto mode : kModes) check_matmul(shapes[i], mode, (v + i) % 2 == 0, Path::gemm, v);
+  // v11's staging and boxes: M tails inside and past a consumer's 64 rows (2049, 1100, 130, 37), N
+  // tails inside a 32-column box (4504 = 20 x 224 + 24, 2248 = 10 x 224 + 8, 232, 200 < 224), one
+  // tile per block and several; N % 8 != 0 (257) runs v10.
+  for (Shape s : {Shape{2049, 4504, 64}, Shape{1100, 2248, 1544}, Shape{130, 232, 520}, Shape{37, 200, 4104},
+                  Shape{300, 257, 520}})
+    for (bool bias : {false, true}) check_matmul(s, cuda::OutMode::store_bf16, bias, Path::gemm, 11);
+}
+
+// v12 (128x256 tiles split over K between the 2 CTAs of a cluster, partials exchanged through
+// distributed shared memory): K = 64 (one step: rank 1 runs none and sends zeros), 72 (one step
+// each, the second ragged), 1000 (8 + 8), 4104 (33 + 32); N = 200 (the rank-1 half partly past N),
+// 300 (the second tile's rank-1 half wholly past N), 4500 (18 tiles, the last one's rank-1 half
+// partly past N); M = 37, 130, 513 (row tails); every mode, bias on and off. Then the o shape at
+// M = 512 (the one-round case it is for) and bit-identical repeats (the exchange is a fixed-order add).
+TEST(GpuMatmul, GemmClusterSplitKOddShapes) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(12)) GTEST_SKIP() << "gemm v12 (wgmma) needs an sm_90 device and an sm_90a build";
+  std::printf("[   INFO   ] gemm v12: %d clusters of 2 resident at once (0: v12 runs v4)\n",
+              cuda::gemm_wgmma_cluster_max_active());
+  for (int64_t m : {37, 130, 513})
+    for (Shape s : {Shape{m, 200, 64}, Shape{m, 300, 72}, Shape{m, 4500, 1000}, Shape{m, 300, 4104}})
+      for (auto mode : kModes)
+        for (bool bias : {false, true}) check_matmul(s, mode, bias, Path::gemm, 12);
+  check_matmul(Shape{512, 4096, 4096}, cuda::OutMode::store_bf16, false, Path::gemm, 12);
+  check_matmul(Shape{512, 4096, 4096}, cuda::OutMode::add_f32, true, Path::gemm, 12);
+
+  const Shape s{513, 4500, 4104};
+  auto x = random_bf16_values(size_t(s.m * s.k), 21);
+  auto w = random_bf16_values(size_t(s.n * s.k), 22, 0.1f);
+  auto dx = to_device_bf16(x), dw = to_device_bf16(w);
+  DeviceBuffer<float> y(size_t(s.m * s.n));
+  std::vector<float> first;
+  for (int rep = 0; rep < 3; ++rep) {
+    y.poison();
+    cuda::gemm_version(12, dx.data(), dw.data(), nullptr, y.data(), cuda::OutMode::store_f32, s.m, s.n, s.k, nullptr);
+    cuda::cuda_synchronize();
+    std::vector<float> out = y.to_host();
+    if (rep == 0)
+      first = out;
+    else
+      ASSERT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float))) << "v12 rep " << rep;
+  }
+}
+
 // ---- split-K (gemm_splitk, matmul for kGemvMaxRows < M <= kSplitKMaxRows) ----
 
 // One shape's inputs and CPU reference (computed once, shared by every variant run on it).
@@ -297,14 +353,14 @@ void check_splitk(const SplitCase& c, SplitWorkspace& sw, int version, int split
 // The wgmma GEMMs' add_f32 epilogue reads the residual in batches (epilogue_add.cuh); mode 3 is the
 // same add through the general loop (what KILN_GEMM_ADD_BATCHED=0 selects). Both must agree bit
 // for bit: the same sums in the same order. Whole blocks (o / down at M = 2048) and edge blocks
-// (M = 333, N = 4500), on every persistent configuration and v4.
+// (M = 333, N = 4500), on every persistent configuration, v4 and v12.
 TEST(GpuMatmul, GemmBatchedAddEpilogueIsBitIdentical) {
   KILN_REQUIRE_GPU();
   if (!gemm_version_testable(4)) GTEST_SKIP() << "the batched epilogue is in the wgmma GEMMs (sm_90a)";
   const cuda::OutMode serial = cuda::OutMode(3);
   for (Shape s : {Shape{2048, 4096, 4096}, Shape{2048, 4096, 1024}, Shape{333, 4500, 1000}}) {
     SplitCase c(s, s.m == 333, 81, /*with_ref=*/s.m == 333);
-    for (int v : {0, 4, 5, 6, 7, 8, 9}) {
+    for (int v : {0, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
       if (v > cuda::gemm_versions()) continue;
       SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " K=" << s.k << " v" << v);
       auto run = [&](cuda::OutMode mode) {

@@ -40,6 +40,11 @@
 //       Measured (H200 device run 2, same run as cuBLAS, TFLOP/s): v5 (auto) 0.90-1.14x cuBLAS on
 //       every Llama-3-8B shape at M = 512 / 2048 / 4096 (v4: 0.72-1.00x in the same run); v9 is
 //       0.94-1.07x at M >= 2048. The default since then (gemm_default_version).
+//   Session 7 candidates for the M = 512 shapes still under 0.90x cuBLAS (untimed when written; not
+//   in v5's plan): v10 / v11 the persistent kernel's cooperative 128x224 tiles with register /
+//   TMA-store epilogue (gate_up: 512 tiles = 3.88 rounds); v12 gemm_wgmma_cluster.cu, 128x256 tiles
+//   split over K between the 2 CTAs of a cluster, partials exchanged through distributed shared
+//   memory (o: 64 tiles = 128 CTAs, one round, the 128x256 main loop). Else v4, else v2.
 // Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
 // wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
 // a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.
@@ -422,7 +427,7 @@ static int gemm_default_version() {
   return v;
 }
 
-int gemm_versions() { return 9; }
+int gemm_versions() { return 12; }
 
 void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -438,7 +443,11 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
   if (version == 4) {
     if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
     version = 2;  // not sm_90a-capable here, or K / alignment it cannot take
-  } else if (version >= 5) {  // v5 auto, v6 / v7 / v8 / v9 its configs 1 / 2 / 3 / 4
+  } else if (version == 12) {  // split-K over a 2-CTA cluster; else v4, else v2
+    if (gemm_wgmma_cluster(x, w, bias, y, mode, M, N, K, stream)) return;
+    if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
+    version = 2;
+  } else if (version >= 5) {  // v5 auto, v6 / v7 / v8 / v9 / v10 / v11 its configs 1 .. 6
     if (gemm_wgmma_persistent(version - 5, x, w, bias, y, mode, M, N, K, stream)) return;
     version = 2;
   }

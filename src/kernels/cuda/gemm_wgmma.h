@@ -28,12 +28,22 @@ int gemm_wgmma_sms();
 // ring running on across tiles. config: 0 = auto (per shape: v4 or one of these, by rounds of tiles
 // and measured rates), 1 = ping-pong 128x128 (the two consumer warpgroups own alternate tiles),
 // 2 = cooperative 128x192, 3 = cooperative 128x256, 4 = 3 with a TMA-store epilogue (bf16 output
-// with N % 8 == 0, else 3). Returns false and launches nothing where it cannot run (as gemm_wgmma).
+// with N % 8 == 0, else 3), 5 = cooperative 128x224, 6 = 5 with a TMA-store epilogue (else 5). Returns false and launches nothing where it cannot run (as gemm_wgmma).
 bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
                            int64_t M, int64_t N, int64_t K, cudaStream_t stream);
-// The config auto picks for this shape on this device (1..4; 0: v4, one round of 128x128 tiles, or
+// The config auto picks for this shape on this device (1..4, never 5 / 6 yet; 0: v4, one round of 128x128 tiles, or
 // the kernel cannot run).
 int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K);
+
+// gemm version 12 (gemm_wgmma_cluster.cu): 128x256 tiles, each computed by a 2-CTA cluster that
+// splits K in two and exchanges the partials through distributed shared memory (for the one-round
+// M = 512 shapes, e.g. o). Returns false and launches nothing where it cannot run (as gemm_wgmma, or
+// no cluster of 2 of it fits on the device).
+bool gemm_wgmma_cluster(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                        int64_t K, cudaStream_t stream);
+// Clusters of 2 of version 12's kernel that can be resident at once (cudaOccupancyMaxActiveClusters);
+// 0 where it cannot run. A one-round launch needs m_tiles x n_tiles of them.
+int gemm_wgmma_cluster_max_active();
 
 // Shared by the wgmma GEMM files: the shape / alignment limits (K % 8 == 0, 16-byte aligned x and W,
 // int coordinates), and the (rows, K) bf16 tensor map with (64, box_rows) boxes, 128-byte swizzle.

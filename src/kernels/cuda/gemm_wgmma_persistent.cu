@@ -54,6 +54,14 @@
 // 15% on down M = 512 (598 / 700, one round of 128 tiles), so differences under ~5% are not
 // rankings. Decode side effect: at M = 64 gate_up's unsplit GEMM picks one round of 112 128x256
 // tiles (v9) instead of v4's 224 128x128 blocks (1.7 waves): 90.1 -> 70.9 us (cuBLAS 71.9).
+// Session 7 (untimed when written): configs 5 / 6 (gemm v10 / v11) are cooperative 128x224 tiles
+// for gate_up at M = 512, where 128x128 ping-pong runs 896 tiles = 6.8 -> 7 rounds at the ping-pong
+// rate (0.90 of 128x256) and 128x256 runs 448 tiles = 3.39 -> 4 rounds with 0.6 of the last one
+// empty: 28672 / 224 = 128 n tiles x 4 m tiles = 512 tiles = 3.88 -> 4 rounds, 97% full. Predicted
+// time in 128x128-tile units: 4 x 1.75 / ~0.95 = 7.4 against ping-pong's 7 / 0.90 = 7.8 (-5%) and
+// 128x256's 4 x 2 / 1.0 = 8.0, before the epilogue: config 5 stores from registers with a 5-stage
+// ring (5 x 44 KB), config 6 through a 56 KB staging tile and TMA stores in (64, 32) boxes (224 is
+// no multiple of 64; 64B swizzle) with 3 stages. wgmma m64n224k16: 112 accumulators per thread.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -78,12 +86,15 @@ struct PCfg {
   static constexpr int kABytes = P_BM * P_BK * 2;  // (128, 64) bf16 = 16 KB
   static constexpr int kBBytes = BN * P_BK * 2;    // (BN, 64) bf16
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // TMA-store epilogue: a bf16 (128, BN) staging tile, (64, 64) boxes of 8 KB, 128B-swizzled.
+  // TMA-store epilogue: a bf16 (128, BN) staging tile in (64 rows, BOX columns) boxes, BOX = 64
+  // (128-byte rows, 128B swizzle, 8 KB) or, where BN is no multiple of 64 (224), 32 (64-byte rows,
+  // 64B swizzle, 4 KB).
+  static constexpr int BOX = BN % 64 == 0 ? 64 : 32;
   static constexpr int kCBytes = TMA_EPI ? P_BM * BN * 2 : 0;
   static constexpr int kSmemBytes = kCBytes + STAGES * kStageBytes + 2 * STAGES * 8 + 1024;  // + barriers, slack
-  static_assert(BN == 128 || BN == 192 || BN == 256, "wgmma n128 / n192 / n256");
+  static_assert(BN == 128 || BN == 192 || BN == 224 || BN == 256, "wgmma n128 / n192 / n224 / n256");
   static_assert(MH * 64 * BN / 128 == ACC && ACC <= 128, "fp32 accumulators per consumer thread");
-  static_assert(!TMA_EPI || (!PP && BN % 64 == 0), "TMA epilogue: cooperative, whole 64-column boxes");
+  static_assert(!TMA_EPI || (!PP && BN % BOX == 0), "TMA epilogue: cooperative, whole boxes");
   static_assert(kBBytes % 1024 == 0, "1024-byte aligned swizzle atoms");
   static_assert(kSmemBytes <= 227 * 1024, "opt-in shared memory per block");
 };
@@ -91,6 +102,9 @@ using PCfgPP128 = PCfg<128, 7, true>;     // 7 x 32 KB = 224 KB
 using PCfgCo192 = PCfg<192, 5, false>;    // 5 x 40 KB = 200 KB
 using PCfgCo256 = PCfg<256, 4, false>;    // 4 x 48 KB = 192 KB
 using PCfgCo256T = PCfg<256, 3, false, true>;  // 64 KB C staging + 3 x 48 KB = 208 KB
+// Session 7 (gate_up M = 512: 512 tiles of 128x224 = 3.88 rounds on 132 SMs; see the note below).
+using PCfgCo224 = PCfg<224, 5, false>;          // 5 x 44 KB = 220 KB
+using PCfgCo224T = PCfg<224, 3, false, true>;   // 56 KB C staging + 3 x 44 KB = 188 KB (4 would be 232)
 
 #ifdef KILN_WGMMA_DEVICE
 using namespace wgmma_ptx;
@@ -99,15 +113,20 @@ using namespace wgmma_ptx;
 constexpr int kBarToWg2 = 1, kBarToWg1 = 2;
 
 // The TMA-store epilogue of one consumer's (64, BN) block: bias added, rounded to bf16 and written
-// to its (64, BN) staging half as BN / 64 boxes of (64 rows, 64 columns), each row 128 bytes with the
-// 16-byte chunk q of row r at q ^ (r % 8) (the 128B swizzle the tensor map names: the 8 rows a warp
-// writes per store hit 8 different chunk positions, so no bank conflicts); then one thread stores
+// to its (64, BN) staging half as BN / BOX boxes of (64 rows, BOX columns). BOX = 64: rows of 128
+// bytes, the 16-byte chunk q of row r at q ^ (r % 8) (the 128B swizzle the tensor map names: the 8
+// rows a warp writes per store hit 8 different chunk positions, so no bank conflicts). BOX = 32
+// (BN = 224): rows of 64 bytes, chunk q of row r at q ^ ((r / 2) % 4) (the 64B swizzle: rows r and
+// r + 1 share a 128-byte line, the four row pairs hit four chunk positions, again 32 banks); then one thread stores
 // the boxes with cp.async.bulk.tensor (rows >= M and columns >= N clipped by the TMA unit) and the
 // warpgroup moves on without waiting for them. The staging half is reused only after
 // cp.async.bulk.wait_group.read 0 (the previous tile's boxes were read out of shared memory).
-template <int BN>
+template <int BN, int BOX>
 __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, uint32_t sc, const CUtensorMap* map_y,
                                                 int64_t row0, int64_t n0, const bf16* bias, int64_t M, int64_t N) {
+  static_assert(BOX == 64 || BOX == 32, "128B- or 64B-swizzled boxes");
+  constexpr int kChunks = BOX / 8;                   // 16-byte chunks per staged row
+  constexpr uint32_t kBoxBytes = 64 * BOX * 2;       // one (64, BOX) bf16 box
   const int w = tid / 32, l = tid % 32;
   if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
   named_bar_sync(3 + c, 128);  // the staging half is free
@@ -119,8 +138,9 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = w * 16 + l / 4 + 8 * h;  // row within the 64-row half
-      const uint32_t addr = sc + uint32_t(j / 8) * 8192 + uint32_t(r) * 128 + uint32_t(((j % 8) ^ (r % 8)) * 16) +
-                            uint32_t(l % 4) * 4;
+      const int swz = BOX == 64 ? r % 8 : (r / 2) % 4;
+      const uint32_t addr = sc + uint32_t(j / kChunks) * kBoxBytes + uint32_t(r) * (BOX * 2) +
+                            uint32_t(((j % kChunks) ^ swz) * 16) + uint32_t(l % 4) * 4;
       const __nv_bfloat162 v = __floats2bfloat162_rn(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
     }
@@ -129,12 +149,12 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
   named_bar_sync(3 + c, 128);
   if (tid == 0 && row0 < M) {
 #pragma unroll
-    for (int b = 0; b < BN / 64; ++b) {
-      if (n0 + b * 64 >= N) break;
+    for (int b = 0; b < BN / BOX; ++b) {
+      if (n0 + b * BOX >= N) break;
       asm volatile(
           "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
               reinterpret_cast<uint64_t>(map_y)),
-          "r"(int(n0) + b * 64), "r"(int(row0)), "r"(sc + uint32_t(b) * 8192)
+          "r"(int(n0) + b * BOX), "r"(int(row0)), "r"(sc + uint32_t(b) * kBoxBytes)
           : "memory");
     }
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -226,7 +246,7 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       fence_acc<ACC>(acc);
       if (tid == 0) mbar_arrive(empty0 + 8 * ((g0 + uint32_t(k_steps) - 1) % STAGES));
       if constexpr (C::TMA_EPI) {
-        store_block_tma<BN>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M, N);
+        store_block_tma<BN, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M, N);
       } else {
 #pragma unroll
         for (int h = 0; h < MH; ++h)
@@ -261,14 +281,31 @@ void launch_persistent(const bf16* w, const bf16* bias, void* y, OutMode mode, i
 int device_sms() {
   static wgmma_ptx::HopperProbe probe;
   return probe.sms(std::max({PCfgPP128::kSmemBytes, PCfgCo192::kSmemBytes, PCfgCo256::kSmemBytes,
-                             PCfgCo256T::kSmemBytes}),
+                             PCfgCo256T::kSmemBytes, PCfgCo224::kSmemBytes, PCfgCo224T::kSmemBytes}),
                    {reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgPP128>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256>),
-                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256T>)});
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256T>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224T>)});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The bf16 (M, N) output as a TMA-store target in (64 rows, 32 columns) boxes with the 64B swizzle
+// (config 6: 224 = 7 x 32 columns; config 4's 64-column boxes come from wgmma_make_map).
+bool make_store_map_32(CUtensorMap* map, const bf16* y, int64_t M, int64_t N) {
+  wgmma_ptx::EncodeTiled fn = wgmma_ptx::tensor_map_encoder();
+  if (!fn) return false;
+  cuuint64_t dims[2] = {cuuint64_t(N), cuuint64_t(M)};
+  cuuint64_t strides[1] = {cuuint64_t(N) * 2};  // bytes, multiple of 16 (N % 8 == 0)
+  cuuint32_t box[2] = {32, 64};
+  cuuint32_t elem_strides[2] = {1, 1};
+  CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(y), dims, strides, box, elem_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
 
 // Config for a shape (the header's rule). 0 = v4 (one block per tile) where the 128x128 tiles fit in
 // one round (tiles <= SMs: nothing to overlap, and v4's two warpgroups per 128x128 tile beat one
@@ -306,20 +343,26 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
   // The TMA-store epilogue needs a bf16 output whose rows are whole 16-byte units (N % 8 == 0) at a
   // 16-byte aligned base; elsewhere config 4 runs config 3 (the same tiles, register stores).
   const bool tma_epi = mode == OutMode::store_bf16 && N % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-  if (config <= 0 || config > 4) {
+  if (config <= 0 || config > 6) {
     config = plan(M, N, sms, tma_epi);
     if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
   }
   if (config == 4 && !tma_epi) config = 3;
+  if (config == 6 && !tma_epi) config = 5;
   CUtensorMap mx, my{};
   if (!wgmma_make_map(&mx, x, M, K, P_BM)) return false;
   if (config == 4 && !wgmma_make_map(&my, static_cast<const bf16*>(y), M, N, 64)) config = 3;
+  if (config == 6 && !make_store_map_32(&my, static_cast<const bf16*>(y), M, N)) config = 5;
   if (config == 1)
     launch_persistent<PCfgPP128>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 2)
     launch_persistent<PCfgCo192>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 3)
     launch_persistent<PCfgCo256>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 5)
+    launch_persistent<PCfgCo224>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 6)
+    launch_persistent<PCfgCo224T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else
     launch_persistent<PCfgCo256T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   return true;
