@@ -20,7 +20,8 @@
 //       row pieces of one instruction become whole-line DRAM fetches. x is read after the PDL wait
 //       with a predicated coherent load (session 7: the condition inside the asm instead of a branch
 //       around it; same run: tg128 239.3 -> 241.8 tok/s, lm_head 251.7 -> 243.5 us, o in sequence
-//       10.43 -> 10.01 us, but qkv in sequence 15.28 -> 16.69 us, not understood).
+//       10.43 -> 10.01 us), except on a single wave of 4-warp blocks (qkv), where the branch measured
+//       faster (in sequence 15.26 vs 16.71 us; gemv_mma.cuh, XPRED).
 //   Predicted (H200, copy ceiling 3.9-4.25 TB/s, vs v1): gate_up / down / lm_head at every M within
 //   5% of v1's M=1 (64.5 / 40.7 / 247 us; down at 40.7 is 2.9 TB/s so v2 may gain there from the
 //   8-warp K split: ~32 us); qkv M=1 21.3 -> ~15 us, o 18.2 -> ~11 us (whole matrix requested in

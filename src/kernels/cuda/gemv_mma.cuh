@@ -56,7 +56,13 @@ struct WeightStage {
 
 // x's fragments for one step (one 16-byte load per n-tile and chunk group, predicated: no load for
 // activation rows >= M or chunks past K) and the 2 MMAs per chunk group and n-tile.
-template <int NT, int U>
+// XPRED: x through ld_after_wait_if (a predicated load), else through a branch around
+// ld_after_wait. Measured per grid shape (session 7, same runs): the predicated load is faster on
+// multi-wave grids and 8-warp blocks (tg128 239.3 -> 241.8; lm_head 251.7 -> 243.5 us, o in
+// sequence 10.43 -> 10.01 us), the branch on a single wave of 4-warp blocks (qkv M=1 in sequence
+// 15.26 vs 16.71 us; in the decode step qkv+rope 403 vs 461 us). Why is not known (no SASS or
+// counters were read); launch_gemv_mma picks per shape as measured.
+template <int NT, int U, bool XPRED = true>
 __device__ __forceinline__ void gemv_mma_step(float (&acc)[NT][4], const WeightStage<U>& a, const uint4* const (&xr)[NT],
                                               const bool (&x_ok)[NT], int64_t base, int64_t n_chunks) {
   uint4 b[NT][U];
@@ -65,7 +71,10 @@ __device__ __forceinline__ void gemv_mma_step(float (&acc)[NT][4], const WeightS
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t c = base + 4 * u;
-      b[j][u] = ld_after_wait_if(xr[j] + c, x_ok[j] && c < n_chunks);
+      if constexpr (XPRED)
+        b[j][u] = ld_after_wait_if(xr[j] + c, x_ok[j] && c < n_chunks);
+      else
+        b[j][u] = (x_ok[j] && c < n_chunks) ? ld_after_wait(xr[j] + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
   for (int u = 0; u < U; ++u)
@@ -83,7 +92,7 @@ __device__ __forceinline__ void gemv_mma_step(float (&acc)[NT][4], const WeightS
 // register stages of U chunk groups; the loads of step s + 2 are issued right after step s's MMAs,
 // so while a warp multiplies one stage the other is in flight (the same 16 loads per lane at
 // U = 4 as v2's one stage at U = 8, never zero outstanding until the last step).
-template <int NT, int U, int W, bool PIPE, class E>
+template <int NT, int U, int W, bool PIPE, class E, bool XPRED = true>
 __global__ void __launch_bounds__(W * 32, 16 / W)
     gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int m_actual, int64_t N, int64_t K, E epi) {
   __shared__ float red[W][16][8 * NT + 1];  // per-warp partial (16 rows x 8*NT activation rows)
@@ -141,7 +150,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
         pdl_launch_dependents();
         waited = true;
       }
-      gemv_mma_step<NT, U>(acc, a, xr, x_ok, base, n_chunks);
+      gemv_mma_step<NT, U, XPRED>(acc, a, xr, x_ok, base, n_chunks);
     }
     if (!waited) {  // a warp with no K steps (K < 8 kStep W): the epilogue's inputs need the wait too
       pdl_wait();
@@ -179,6 +188,9 @@ void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, 
     constexpr int U = NT == 1 ? 8 : 6;
     if (wide)
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, false, E>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
+    else if (blocks <= 4 * int64_t(gemv_sm_count()))  // one wave of 4-warp blocks: x behind a branch
+      launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, false, E, false>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K,
+                       epi);
     else
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, false, E>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K, epi);
   }
