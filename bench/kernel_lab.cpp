@@ -3,13 +3,14 @@
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
 //   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm]
-//              [--gemm-m M] [--unheld]
+//              [--gemm-m M] [--attention-batch] [--unheld]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
 //    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS; --decode: those
 //    at M = 1 and 16 only; --gemv: only the bf16 decode GEMVs, M = 1..16, every version;
 //    --gemm: only the batched-decode GEMMs at M = 64..256 and the prefill GEMM versions 4.. at
 //    M = 512 / 2048 / 4096, with a summary table last; --gemm-m M: with --gemm, only the prefill GEMM
-//    versions at that one M, no batched-decode GEMMs: the cheapest run for one M's candidates)
+//    versions at that one M, no batched-decode GEMMs: the cheapest run for one M's candidates;
+//    --attention-batch: only the paged decode attention at many short sequences)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -395,12 +396,14 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
+  bool attention_batch_only = false;
   int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
     else if (!std::strcmp(argv[i], "--skinny")) skinny_only = true;
     else if (!std::strcmp(argv[i], "--attention")) attention_only = true;
+    else if (!std::strcmp(argv[i], "--attention-batch")) attention_batch_only = true;
     else if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     else if (!std::strcmp(argv[i], "--decode")) quant_only = g_decode_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
@@ -410,7 +413,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
-                           "[--gemv] [--gemm] [--gemm-m M] [--unheld]\n");
+                           "[--gemv] [--gemm] [--gemm-m M] [--attention-batch] [--unheld]\n");
       return 2;
     }
   }
@@ -423,7 +426,9 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs, L2 %lld MB, cc %d.%d\n", info.name.c_str(), info.sm_count,
                 (long long)(info.l2_bytes >> 20), info.cc_major, info.cc_minor);
     double copy_gbs = copy_ceiling();
-    if (gemm_only) {
+    if (attention_batch_only) {
+      bench_decode_batched(copy_gbs);
+    } else if (gemm_only) {
       CublasGemm cublas;
       g_gemm_first_version = 4;
       // v12 needs m_tiles x n_tiles clusters of 2 resident at once for one round (o M = 512: 64).
@@ -448,7 +453,7 @@ int main(int argc, char** argv) {
       }
       bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
     }
-    if (!skinny_only && !quant_only && !gemv_only && !gemm_only) {
+    if (!skinny_only && !quant_only && !gemv_only && !gemm_only && !attention_batch_only) {
       probe_wgmma_prefill();
       bench_attention(copy_gbs);
     }

@@ -94,5 +94,6 @@ inline void record(const std::string& kernel, const std::string& shape, const st
 // The attention benches (kernel_lab_attention.cpp).
 void probe_wgmma_prefill();
 void bench_attention(double copy_gbs);
+void bench_decode_batched(double copy_gbs);  // also part of bench_attention
 
 }  // namespace kiln::lab

@@ -130,6 +130,57 @@ const DecodeVariant kDecodeVariants[] = {
     {"s4w2pi", {4, 2, 1, 1}},
 };
 
+// Paged decode at the continuous-batching engine's shape: many sequences, short contexts (2048 x
+// 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). Tunings compared
+// as for the contiguous shapes (the engine's 3 stages, 2 stages with 3 blocks per SM, 4 stages, the
+// split kernel without PDL). `kernel_lab --attention-batch` runs only this.
+void bench_decode_batched(double copy_gbs) {
+  const int heads = 32, kv_heads = 8, d = 128;
+  const int64_t kv_dim = kv_heads * d;
+  for (auto [batch, len] : {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {512, 192}}) {
+    const int64_t bs = 16, per_seq = (len + bs - 1) / bs, num_blocks = batch * per_seq;
+    DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size());
+    DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size()), out_ref(q.size());
+    fill_random_bf16(pk.data(), int64_t(pk.size()), 9, 0, 0, 1.0f, nullptr);
+    fill_random_bf16(pv.data(), int64_t(pv.size()), 9, 1, 0, 1.0f, nullptr);
+    fill_random_bf16(q.data(), int64_t(q.size()), 9, 2, 0, 1.0f, nullptr);
+    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+    for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
+    std::mt19937 rng(11);
+    std::shuffle(table.begin(), table.end(), rng);
+    DeviceBuffer<int32_t> dtable(table);
+    std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
+    DeviceBuffer<int32_t> dlen(lens);
+    const int64_t cap = 4096;  // the engine plans the split count from its capacity, not the length
+    DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, cap)));
+    auto wsv = decode_workspace(ws.data(), batch, heads, d, cap);
+    KvLayout paged{pk.data(), pv.data(), 0, kv_dim, d};
+    paged.block_table = dtable.data();
+    paged.bt_stride = per_seq;
+    paged.block_shift = 4;
+    attention_decode(q.data(), paged, dlen.data(), cap, out_ref.data(), wsv, batch, heads, kv_heads, d, nullptr);
+    cuda_synchronize();
+    const std::vector<float> ref = to_float(out_ref);
+    const double bytes = 2.0 * batch * len * kv_dim * 2, flops = 4.0 * batch * len * heads * d;
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "paged decode b=%lld L=%lld", (long long)batch, (long long)len);
+    for (const DecodeVariant& var : {DecodeVariant{"kiln", {}}, DecodeVariant{"s2", {2, 0, -1, -1}},
+                                     DecodeVariant{"s4", {4, 0, -1, -1}}, DecodeVariant{"s3nopdl", {3, 0, -1, -1, 0}}}) {
+      out.poison();
+      attention_decode_tuned(var.tune, q.data(), paged, dlen.data(), cap, out.data(), wsv, batch, heads, kv_heads, d,
+                             nullptr);
+      cuda_synchronize();
+      const double err = rel_error(to_float(out), ref);
+      if (!(err < 1e-2)) std::printf("VALIDATION FAILED: paged decode %s %s err %.3e\n", var.label, shape, err);
+      const double ms = time_ms([&](int) {
+        attention_decode_tuned(var.tune, q.data(), paged, dlen.data(), cap, out.data(), wsv, batch, heads, kv_heads,
+                               d, nullptr);
+      });
+      record("attention", shape, var.label, ms, bytes, flops, copy_gbs, err);
+    }
+  }
+}
+
 void bench_attention(double copy_gbs) {
   const int heads = 32, kv_heads = 8, d = 128;
   const int64_t kv_dim = kv_heads * d;
@@ -230,6 +281,7 @@ void bench_attention(double copy_gbs) {
     });
     record("attention", shape, "paged16", ms, bytes, flops, copy_gbs, err);
   }
+  bench_decode_batched(copy_gbs);
   {  // paged prefill (version 2: the engine's chunked prefill), one 4096-token sequence over shuffled 16-token blocks
     const int64_t n = 4096, bs = 16, num_blocks = n / bs;
     DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size()), q(size_t(n * heads * d)),

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -366,6 +367,13 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   KILN_CUDA_CHECK_LAUNCH();
   // The combine, launched while the split kernel runs when PDL is on (its launch latency hides
   // behind the split kernel; it waits on griddepcontrol.wait before reading partials).
+  // With one split block per (sequence, head group) -- batches of >= ~33 sequences on an H200 -- the
+  // split kernel normalizes and writes every output itself and the combine's blocks would only wait
+  // and exit (65,536 of them per layer at 2048 sequences): not launched (KILN_ATTN_COMBINE_P1=1
+  // launches it anyway, for comparison). Whatever runs next waits for the split kernel, whose
+  // completion implies its predecessor's (pdl.cuh: its blocks with data wait before they exit).
+  static const bool combine_p1 = std::getenv("KILN_ATTN_COMBINE_P1") && !std::strcmp(std::getenv("KILN_ATTN_COMBINE_P1"), "1");
+  if (P == 1 && !combine_p1) return;
   const bool pdl = pdl_ok && (tune.pdl < 0 ? kDecodeDefaults.pdl : tune.pdl != 0);
   launch_decode_combine(ws, kv_len, out, batch, n_heads, head_dim, ws_splits, P, interleave != 0, pdl, stream);
 }
@@ -374,9 +382,14 @@ template <int D, bool kPaged>
 void launch_decode_stages(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
                           int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,
                           int n_kv_heads, int head_dim, cudaStream_t stream) {
-  const int stages = tune.stages > 0 ? tune.stages : kDecodeDefaults.stages;
-  // Instantiations beyond the default only where the kernel lab compares them (D 128, contiguous).
-  if constexpr (D == 128 && !kPaged) {
+  // KILN_ATTN_DECODE_STAGES=2|4: another default for an engine-level comparison (D = 128 only).
+  static const int env_stages = [] {
+    const char* e = std::getenv("KILN_ATTN_DECODE_STAGES");
+    return e ? std::atoi(e) : 0;
+  }();
+  const int stages = tune.stages > 0 ? tune.stages : env_stages > 0 ? env_stages : kDecodeDefaults.stages;
+  // Instantiations beyond the default only where the kernel lab compares them (D 128).
+  if constexpr (D == 128) {
     if (stages == 2)
       return launch_decode_mma<D, kPaged, 2>(tune, q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads,
                                              head_dim, stream);
