@@ -130,6 +130,40 @@ const DecodeVariant kDecodeVariants[] = {
     {"s4w2pi", {4, 2, 1, 1}},
 };
 
+// A paged K/V pool for `batch` sequences of `len` positions in 16-token blocks, the blocks in shuffled
+// order (what the continuous-batching engine reads): random K / V (fill seed), the block table
+// (shuffle seed) on the host and the device, and the layout over them.
+struct ShuffledPagedKv {
+  static constexpr int64_t kBlock = 16;
+  int64_t per_seq, num_blocks;
+  DeviceBuffer<bf16> k, v;
+  std::vector<int32_t> table;
+  DeviceBuffer<int32_t> dtable;
+  KvLayout layout;
+  ShuffledPagedKv(int64_t batch, int64_t len, int64_t kv_dim, int d, uint64_t fill_seed, unsigned shuffle_seed)
+      : per_seq((len + kBlock - 1) / kBlock),
+        num_blocks(batch * per_seq),
+        k(size_t((num_blocks + 1) * kBlock * kv_dim)),
+        v(k.size()),
+        table(static_cast<size_t>(num_blocks)),
+        dtable(shuffled(table, shuffle_seed)),
+        layout{k.data(), v.data(), 0, kv_dim, d} {
+    fill_random_bf16(k.data(), int64_t(k.size()), fill_seed, 0, 0, 1.0f, nullptr);
+    fill_random_bf16(v.data(), int64_t(v.size()), fill_seed, 1, 0, 1.0f, nullptr);
+    layout.block_table = dtable.data();
+    layout.bt_stride = per_seq;
+    layout.block_shift = 4;
+  }
+
+ private:
+  static std::vector<int32_t>& shuffled(std::vector<int32_t>& t, unsigned seed) {
+    for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
+    std::mt19937 rng(seed);
+    std::shuffle(t.begin(), t.end(), rng);
+    return t;
+  }
+};
+
 // Paged decode at the continuous-batching engine's shape: many sequences, short contexts (2048 x
 // 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). Tunings compared
 // as for the contiguous shapes (the engine's 3 stages, 2 stages with 3 blocks per SM, 4 stages, the
@@ -138,26 +172,15 @@ void bench_decode_batched(double copy_gbs) {
   const int heads = 32, kv_heads = 8, d = 128;
   const int64_t kv_dim = kv_heads * d;
   for (auto [batch, len] : {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {512, 192}}) {
-    const int64_t bs = 16, per_seq = (len + bs - 1) / bs, num_blocks = batch * per_seq;
-    DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size());
+    const ShuffledPagedKv pool(batch, len, kv_dim, d, 9, 11);
+    const KvLayout& paged = pool.layout;
     DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size()), out_ref(q.size());
-    fill_random_bf16(pk.data(), int64_t(pk.size()), 9, 0, 0, 1.0f, nullptr);
-    fill_random_bf16(pv.data(), int64_t(pv.size()), 9, 1, 0, 1.0f, nullptr);
     fill_random_bf16(q.data(), int64_t(q.size()), 9, 2, 0, 1.0f, nullptr);
-    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
-    for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
-    std::mt19937 rng(11);
-    std::shuffle(table.begin(), table.end(), rng);
-    DeviceBuffer<int32_t> dtable(table);
     std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
     DeviceBuffer<int32_t> dlen(lens);
     const int64_t cap = 4096;  // the engine plans the split count from its capacity, not the length
     DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, cap)));
     auto wsv = decode_workspace(ws.data(), batch, heads, d, cap);
-    KvLayout paged{pk.data(), pv.data(), 0, kv_dim, d};
-    paged.block_table = dtable.data();
-    paged.bt_stride = per_seq;
-    paged.block_shift = 4;
     attention_decode(q.data(), paged, dlen.data(), cap, out_ref.data(), wsv, batch, heads, kv_heads, d, nullptr);
     cuda_synchronize();
     const std::vector<float> ref = to_float(out_ref);
@@ -238,31 +261,22 @@ void bench_attention(double copy_gbs) {
   // continuous-batching engine reads), validated bit for bit against the contiguous kernel on the
   // same values gathered into per-sequence caches; GB/s counts K/V bytes read (block tables aside).
   for (auto [batch, len] : {std::pair<int64_t, int64_t>{1, 32768}, {64, 2048}, {16, 8192}, {256, 512}}) {
-    const int64_t bs = 16, per_seq = len / bs, num_blocks = batch * per_seq;
-    DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size());
+    const ShuffledPagedKv pool(batch, len, kv_dim, d, 5, 7);
+    const KvLayout& paged = pool.layout;
+    const int64_t bs = ShuffledPagedKv::kBlock;
     DeviceBuffer<bf16> ck(size_t(batch * len * kv_dim)), cv(ck.size());
     DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size()), out_ref(q.size());
-    fill_random_bf16(pk.data(), int64_t(pk.size()), 5, 0, 0, 1.0f, nullptr);
-    fill_random_bf16(pv.data(), int64_t(pv.size()), 5, 1, 0, 1.0f, nullptr);
     fill_random_bf16(q.data(), int64_t(q.size()), 5, 2, 0, 1.0f, nullptr);
-    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
-    for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
-    std::mt19937 rng(7);
-    std::shuffle(table.begin(), table.end(), rng);
     const int64_t block_bytes = bs * kv_dim * 2;
-    for (int64_t i = 0; i < num_blocks; ++i) {  // sequence i / per_seq, block i % per_seq
-      copy_device(ck.data() + i * bs * kv_dim, pk.data() + table[size_t(i)] * bs * kv_dim, block_bytes, nullptr);
-      copy_device(cv.data() + i * bs * kv_dim, pv.data() + table[size_t(i)] * bs * kv_dim, block_bytes, nullptr);
+    for (int64_t i = 0; i < pool.num_blocks; ++i) {  // sequence i / per_seq, block i % per_seq
+      const int64_t src = int64_t(pool.table[size_t(i)]) * bs * kv_dim;
+      copy_device(ck.data() + i * bs * kv_dim, pool.k.data() + src, block_bytes, nullptr);
+      copy_device(cv.data() + i * bs * kv_dim, pool.v.data() + src, block_bytes, nullptr);
     }
-    DeviceBuffer<int32_t> dtable(table);
     std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
     DeviceBuffer<int32_t> dlen(lens);
     DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, len)));
     auto wsv = decode_workspace(ws.data(), batch, heads, d, len);
-    KvLayout paged{pk.data(), pv.data(), 0, kv_dim, d};
-    paged.block_table = dtable.data();
-    paged.bt_stride = per_seq;
-    paged.block_shift = 4;
     KvLayout contig{ck.data(), cv.data(), len * kv_dim, kv_dim, d};
     attention_decode(q.data(), contig, dlen.data(), len, out_ref.data(), wsv, batch, heads, kv_heads, d, nullptr);
     attention_decode(q.data(), paged, dlen.data(), len, out.data(), wsv, batch, heads, kv_heads, d, nullptr);
@@ -283,21 +297,11 @@ void bench_attention(double copy_gbs) {
   }
   bench_decode_batched(copy_gbs);
   {  // paged prefill (version 2: the engine's chunked prefill), one 4096-token sequence over shuffled 16-token blocks
-    const int64_t n = 4096, bs = 16, num_blocks = n / bs;
-    DeviceBuffer<bf16> pk(size_t((num_blocks + 1) * bs * kv_dim)), pv(pk.size()), q(size_t(n * heads * d)),
-        out(q.size());
-    fill_random_bf16(pk.data(), int64_t(pk.size()), 6, 0, 0, 1.0f, nullptr);
-    fill_random_bf16(pv.data(), int64_t(pv.size()), 6, 1, 0, 1.0f, nullptr);
+    const int64_t n = 4096;
+    const ShuffledPagedKv pool(1, n, kv_dim, d, 6, 8);
+    const KvLayout& paged = pool.layout;
+    DeviceBuffer<bf16> q(size_t(n * heads * d)), out(q.size());
     fill_random_bf16(q.data(), int64_t(q.size()), 6, 2, 0, 1.0f, nullptr);
-    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
-    for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
-    std::mt19937 rng(8);
-    std::shuffle(table.begin(), table.end(), rng);
-    DeviceBuffer<int32_t> dtable(table);
-    KvLayout paged{pk.data(), pv.data(), 0, kv_dim, d};
-    paged.block_table = dtable.data();
-    paged.bt_stride = num_blocks;
-    paged.block_shift = 4;
     double ms = time_ms([&](int) { attention_prefill(q.data(), paged, out.data(), n, 0, heads, kv_heads, d, nullptr); },
                         10, 1);
     record("attention", "prefill causal 4096", "paged16", ms, 2.0 * n * (heads * d * 2 + kv_dim * 2),

@@ -193,6 +193,27 @@ __global__ void __launch_bounds__(X_THREADS, 1)
 #endif
 }
 
+// The kernel's launch configuration in clusters of 2 CTAs along x (cfg.attrs points into the object:
+// not copyable).
+struct PairLaunch {
+  cudaLaunchAttribute attr[1]{};
+  cudaLaunchConfig_t cfg{};
+  PairLaunch(dim3 grid, cudaStream_t stream) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(X_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = kXSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  PairLaunch(const PairLaunch&) = delete;
+  PairLaunch& operator=(const PairLaunch&) = delete;
+};
+
 // Clusters of 2 of this kernel that can be resident at once on the current device (0: none; cached
 // for the first device asked, enough for the lab and one-GPU runs; a later device re-asks if it
 // differs). Needs the dynamic shared-memory limit raised first.
@@ -201,19 +222,9 @@ int max_active_clusters() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cached_dev.load() == dev) return cached.load();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(2, 1, 1);
-  cfg.blockDim = dim3(X_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = kXSmemBytes;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const PairLaunch launch(dim3(2, 1, 1), nullptr);
   int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, gemm_wgmma_cluster_kernel, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&n, gemm_wgmma_cluster_kernel, &launch.cfg) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: clear it so the next launch check does not see it
     n = 0;
   }
@@ -255,19 +266,9 @@ bool gemm_wgmma_cluster(const bf16* x, const bf16* w, const bf16* bias, void* y,
   if (device_sms() <= 0 || !configure() || max_active_clusters() <= 0) return false;
   CUtensorMap mx, mw;
   if (!wgmma_make_map(&mx, x, M, K, X_BM) || !wgmma_make_map(&mw, w, N, K, X_BN)) return false;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(2 * m_tiles), unsigned(n_tiles), 1);  // x: (m tile, rank) pairs, M fastest
-  cfg.blockDim = dim3(X_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = kXSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_wgmma_cluster_kernel, mx, mw, bias, y, mode, M, N, K));
+  // x: (m tile, rank) pairs, M fastest.
+  const PairLaunch launch(dim3(unsigned(2 * m_tiles), unsigned(n_tiles), 1), stream);
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, gemm_wgmma_cluster_kernel, mx, mw, bias, y, mode, M, N, K));
   return true;
 }
 
