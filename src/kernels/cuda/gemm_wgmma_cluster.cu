@@ -2,7 +2,9 @@
 // the two partial sums exchanged through distributed shared memory. Same contract as gemm_wgmma.cu
 // (v4; its header has the shared layout, descriptors and accumulator layout): y(M, N) = x(M, K) .
 // W(N, K)^T (+ bias) per OutMode, bf16 K-major operands, fp32 accumulation, any M and N; K % 8 == 0
-// and 16-byte aligned x and W (wgmma_shape_ok). Untimed when written (session 7).
+// and 16-byte aligned x and W (wgmma_shape_ok). Written untimed (session 7); measured in run 3:
+// o M = 512 525.8 TFLOP/s, slower than v4's 588.0 (cuBLAS 659.5), so a lab version only
+// (docs/performance/gemm.md, session 7).
 //
 // Why: the one-round M = 512 shapes. o (N = K = 4096) is 128 tiles of 128x128: one round on 132 SMs,
 // and v4 runs it at 0.87x cuBLAS (583 vs 670 TFLOP/s, run 7). A 128x128 tile is the slow main loop

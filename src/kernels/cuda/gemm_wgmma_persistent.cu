@@ -62,6 +62,9 @@
 // 128x256's 4 x 2 / 1.0 = 8.0, before the epilogue: config 5 stores from registers with a 5-stage
 // ring (5 x 44 KB), config 6 through a 56 KB staging tile and TMA stores in (64, 32) boxes (224 is
 // no multiple of 64; 64B swizzle) with 3 stages. wgmma m64n224k16: 112 accumulators per thread.
+// Measured (session 7 run 3, same run as cuBLAS, gate_up M = 512): v10 665.7, v11 687.3 TFLOP/s
+// against v5's 679.1 and cuBLAS's 761.1: +1.2% at best, within the shape's run-to-run spread, so
+// plan() does not pick them (docs/performance/gemm.md, session 7).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
