@@ -182,6 +182,23 @@ TEST(GpuAttention, DecodeLengthsAcrossSplits) {
   check_decode(Case{32, 8, 128}, {24, 64, 65}, 8192);
 }
 
+// Lengths 1..300 cycled over n sequences.
+std::vector<int32_t> cycled_lengths(int n) {
+  const int32_t pattern[] = {1, 37, 64, 65, 130, 255, 300};
+  std::vector<int32_t> lens(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) lens[size_t(i)] = pattern[i % 7];
+  return lens;
+}
+
+// Batches with more (sequence, KV head) pairs than split blocks fit on the GPU get one split block
+// each (P = 1): the split kernel writes every output and the combine is not launched. 96 x 8 and
+// 400 x 2 pairs are past any SM count's resident blocks at d 128 / d 64.
+TEST(GpuAttention, DecodeManySequencesOneSplitEach) {
+  KILN_REQUIRE_GPU();
+  check_decode(Case{32, 8, 128}, cycled_lengths(96), 320);
+  check_decode(Case{8, 2, 64}, cycled_lengths(400), 320);
+}
+
 // Every tuning the kernel lab compares (stages 2/3/4, 1-4 waves of splits, combine with and without
 // programmatic dependent launch, contiguous or interleaved tiles) computes the same function.
 TEST(GpuAttention, DecodeTunings) {

@@ -126,6 +126,15 @@ TEST(GpuPagedAttention, DecodeShuffledBlocksOddLengths) {
   for (Case cs : kCases) check_decode(cs, kDecodeLens, 16);
 }
 
+// Many sequences, one split block each (P = 1: no combine launch), as the batching engine runs
+// its large decode steps.
+TEST(GpuPagedAttention, DecodeManySequencesOneSplitEach) {
+  KILN_REQUIRE_GPU();
+  std::vector<int64_t> lens(96);
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = kDecodeLens[i % kDecodeLens.size()];
+  check_decode(Case{32, 8, 128}, lens, 16);
+}
+
 TEST(GpuPagedAttention, DecodeBlockSizes) {
   KILN_REQUIRE_GPU();
   for (int64_t bs : {1, 8, 64, 128}) check_decode(Case{8, 2, 128}, {1, 17, 65, 300, 2050}, bs);
