@@ -8,7 +8,7 @@
 //    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS; --decode: those
 //    at M = 1 and 16 only; --gemv: only the bf16 decode GEMVs, M = 1..16, every version;
 //    --gemm: only the batched-decode GEMMs at M = 64..256 and the prefill GEMM versions 4.. at
-//    M = 512 / 2048 / 4096, with a summary table last; --gemm-m M: with --gemm, only the prefill GEMM
+//    M = 512 / 2048 / 4096, with a summary table last; --gemm-m M: (implies --gemm) only the prefill GEMM
 //    versions at that one M, no batched-decode GEMMs: the cheapest run for one M's candidates;
 //    --attention-batch: only the paged decode attention at many short sequences)
 #include <algorithm>
@@ -222,7 +222,7 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
 }
 
 // The prefill GEMM table last (the device run's reply carries the end of the output): TFLOP/s of
-// v4, v5 and the default choice next to cuBLAS in the same run, and the default's ratio.
+// every wgmma version and the default choice next to cuBLAS in the same run, and the ratios.
 // Columns: v4 .. v12 (v10 / v11: cooperative 128x224, register / TMA-store epilogue; v12: 128x256
 // split-K over a 2-CTA cluster), then the best version's ratio to cuBLAS ("best/cb") next to kiln's.
 void print_gemm_summary() {
@@ -230,7 +230,7 @@ void print_gemm_summary() {
   const char* names[kCols] = {"v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "kiln", "cublas"};
   const char* heads[kCols] = {"v4", "v5", "v6 pp", "v7 c192", "v8 c256", "v9 c256t", "v10 c224", "v11 224t",
                               "v12 sk2", "kiln", "cublas"};
-  constexpr int kVersions = 9, kKiln = 9, kCublas = 10;
+  constexpr int kKiln = kCols - 2, kCublas = kCols - 1, kVersions = kKiln;  // columns of versions: 0 .. kKiln - 1
   std::printf("\n%-28s", "gemm (TFLOP/s)");
   for (int i = 0; i <= kCublas; ++i) std::printf(" %8s", heads[i]);
   std::printf(" %7s %7s\n", "kiln/cb", "best/cb");

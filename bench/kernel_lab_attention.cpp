@@ -134,7 +134,8 @@ const DecodeVariant kDecodeVariants[] = {
 // order (what the continuous-batching engine reads): random K / V (fill seed), the block table
 // (shuffle seed) on the host and the device, and the layout over them.
 struct ShuffledPagedKv {
-  static constexpr int64_t kBlock = 16;
+  static constexpr int64_t kBlock = 16, kBlockShift = 4;
+  static_assert(int64_t(1) << kBlockShift == kBlock);
   int64_t per_seq, num_blocks;
   DeviceBuffer<bf16> k, v;
   std::vector<int32_t> table;
@@ -145,18 +146,19 @@ struct ShuffledPagedKv {
         num_blocks(batch * per_seq),
         k(size_t((num_blocks + 1) * kBlock * kv_dim)),
         v(k.size()),
-        table(static_cast<size_t>(num_blocks)),
-        dtable(shuffled(table, shuffle_seed)),
+        table(shuffled_ids(num_blocks, shuffle_seed)),
+        dtable(table),
         layout{k.data(), v.data(), 0, kv_dim, d} {
     fill_random_bf16(k.data(), int64_t(k.size()), fill_seed, 0, 0, 1.0f, nullptr);
     fill_random_bf16(v.data(), int64_t(v.size()), fill_seed, 1, 0, 1.0f, nullptr);
     layout.block_table = dtable.data();
     layout.bt_stride = per_seq;
-    layout.block_shift = 4;
+    layout.block_shift = kBlockShift;
   }
 
  private:
-  static std::vector<int32_t>& shuffled(std::vector<int32_t>& t, unsigned seed) {
+  static std::vector<int32_t> shuffled_ids(int64_t n, unsigned seed) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
     for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
     std::mt19937 rng(seed);
     std::shuffle(t.begin(), t.end(), rng);

@@ -192,7 +192,7 @@ std::vector<int32_t> cycled_lengths(int n) {
 
 // Batches with more (sequence, KV head) pairs than split blocks fit on the GPU get one split block
 // each (P = 1): the split kernel writes every output and the combine is not launched. 96 x 8 and
-// 400 x 2 pairs are past any SM count's resident blocks at d 128 / d 64.
+// 400 x 2 pairs are past the resident split blocks at d 128 / d 64 on an H200 (~264 / ~528).
 TEST(GpuAttention, DecodeManySequencesOneSplitEach) {
   KILN_REQUIRE_GPU();
   check_decode(Case{32, 8, 128}, cycled_lengths(96), 320);

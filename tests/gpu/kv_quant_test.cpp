@@ -199,6 +199,15 @@ TEST(GpuKvQuant, DecodePagedShuffledBlocksMatchesCpu) {
   check_decode(KvQuant::fp8, {32, 8, 128}, {64, 65, 700}, true, 64);
 }
 
+// Many sequences, one split block each (P = 1: the split kernel writes every output, no combine).
+TEST(GpuKvQuant, DecodeManySequencesOneSplitEach) {
+  KILN_REQUIRE_GPU();
+  std::vector<int64_t> lens(96);
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = int64_t(1 + (i * 37) % 300);
+  check_decode(KvQuant::int8, {32, 8, 128}, lens, true, 16);
+  check_decode(KvQuant::fp8, {32, 8, 128}, lens, false, 1);
+}
+
 TEST(GpuKvQuant, DecodeLongSequenceManySplits) {  // 32k positions: split blocks and the combine
   KILN_REQUIRE_GPU();
   check_decode(KvQuant::int8, {32, 8, 128}, {32768 - 3}, false, 1);

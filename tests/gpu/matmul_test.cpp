@@ -78,14 +78,15 @@ constexpr cuda::OutMode kModes[] = {cuda::OutMode::store_bf16, cuda::OutMode::st
 
 // Every row count 1..16 through the default dispatch (matmul -> gemv). N not a multiple of 16 (the
 // v2 row tile), K a multiple of 8 but not of 32 / 256 (v2's chunk group / warp step), K % 8 != 0
-// (scalar path), N = 4500 (> 2 blocks per SM of 16 rows on an H200: v2's 4-warp blocks; the
-// smaller N take the 8-warp blocks), K = 4104 (several warp steps, ragged last one; with N = 64 the
-// default is v3, split-K across blocks).
+// (scalar path), N = 4500 (> 2 blocks per SM of 16 rows on an H200: v2's 4-warp blocks in one
+// wave, x read behind a branch), N = 9000 (> 4 blocks per SM: 4-warp blocks in several waves, x
+// through the predicated load; the smaller N take the 8-warp blocks), K = 4104 (several warp steps,
+// ragged last one; with N = 64 the default is v3, split-K across blocks).
 TEST(GpuMatmul, GemvAllRowCountsAndModes) {
   KILN_REQUIRE_GPU();
   for (int64_t m = 1; m <= 16; ++m)
     for (Shape s : {Shape{m, 37, 64}, Shape{m, 300, 200}, Shape{m, 64, 4104}, Shape{m, 33, 37}, Shape{m, 4500, 88},
-                    Shape{m, 5, 8}})
+                    Shape{m, 9000, 88}, Shape{m, 5, 8}})
       for (auto mode : kModes) check_matmul(s, mode, m % 3 == 0, Path::matmul);
 }
 
@@ -94,7 +95,7 @@ TEST(GpuMatmul, GemvEveryVersion) {
   KILN_REQUIRE_GPU();
   for (int v = 1; v <= cuda::gemv_versions(); ++v)
     for (int64_t m = 1; m <= 16; ++m)
-      for (Shape s : {Shape{m, 129, 264}, Shape{m, 17, 1000}, Shape{m, 4500, 40}})
+      for (Shape s : {Shape{m, 129, 264}, Shape{m, 17, 1000}, Shape{m, 4500, 40}, Shape{m, 9000, 40}})
         for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 0, Path::gemv, v);
 }
 

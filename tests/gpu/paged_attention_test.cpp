@@ -83,9 +83,11 @@ struct PagedKv {
 
 // Decode of one query per sequence (sequence b at position lens[b] - 1); q_offset shifts q and out
 // off 16-byte alignment (the fp32 fallback). Returns the paged output.
-std::vector<float> check_decode(Case cs, const std::vector<int64_t>& lens, int64_t bs, int64_t q_offset = 0) {
+// `tune`: the stages / splits / PDL choices the kernel lab compares (default: the engine's).
+std::vector<float> check_decode(Case cs, const std::vector<int64_t>& lens, int64_t bs, int64_t q_offset = 0,
+                                cuda::DecodeTuning tune = {}) {
   SCOPED_TRACE(testing::Message() << "decode heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d
-                                  << " block_size " << bs << " q_offset " << q_offset);
+                                  << " block_size " << bs << " q_offset " << q_offset << " stages " << tune.stages);
   const int64_t batch = int64_t(lens.size()), kv_dim = int64_t(cs.kv_heads) * cs.d, q_row = int64_t(cs.heads) * cs.d;
   PagedKv pkv(lens, bs, kv_dim, 21);
   auto q = random_bf16_values(size_t(batch * q_row), 22, 2.0f);
@@ -107,9 +109,9 @@ std::vector<float> check_decode(Case cs, const std::vector<int64_t>& lens, int64
   DeviceBuffer<bf16> out(q_padded.size());
   out.poison();
   const cuda::KvLayout kv = pkv.layout(cs.d);
-  cuda::attention_decode(dq.data() + q_offset, kv, dlen.data(), max_kv_len, out.data() + q_offset,
-                         cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, max_kv_len), batch, cs.heads,
-                         cs.kv_heads, cs.d, nullptr);
+  cuda::attention_decode_tuned(tune, dq.data() + q_offset, kv, dlen.data(), max_kv_len, out.data() + q_offset,
+                               cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, max_kv_len), batch, cs.heads,
+                               cs.kv_heads, cs.d, nullptr);
   auto got = from_device_bf16(out);
   got.erase(got.begin(), got.begin() + q_offset);
   EXPECT_LT(rel_error(got, ref), kTolBf16Out);
@@ -133,6 +135,18 @@ TEST(GpuPagedAttention, DecodeManySequencesOneSplitEach) {
   std::vector<int64_t> lens(96);
   for (size_t i = 0; i < lens.size(); ++i) lens[i] = kDecodeLens[i % kDecodeLens.size()];
   check_decode(Case{32, 8, 128}, lens, 16);
+}
+
+// The paged kernel's other pipeline depths (2 and 4 stages, instantiated for d 128 for the kernel
+// lab and KILN_ATTN_DECODE_STAGES), few sequences (several splits) and many (one split each).
+TEST(GpuPagedAttention, DecodeStages) {
+  KILN_REQUIRE_GPU();
+  std::vector<int64_t> many(96);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = kDecodeLens[i % kDecodeLens.size()];
+  for (int stages : {2, 4}) {
+    check_decode(Case{32, 8, 128}, kDecodeLens, 16, 0, cuda::DecodeTuning{stages});
+    check_decode(Case{7, 1, 128}, many, 16, 0, cuda::DecodeTuning{stages});
+  }
 }
 
 TEST(GpuPagedAttention, DecodeBlockSizes) {

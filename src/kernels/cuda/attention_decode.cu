@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -121,7 +120,12 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
   // the K/V tiles of earlier positions; q and the tile holding position len - 1 come after it.
   const int len = kv_len[b];
   const DecodeSplit sp = decode_split(len, int(gridDim.x), split, interleave);
-  if (sp.n_tiles <= 0) return;  // past the end: nothing to read or write (exiting counts as the trigger)
+  if (sp.n_tiles <= 0) {  // past the end: nothing to read or write (exiting counts as the trigger)
+    // With one split block per sequence no combine follows (launch_decode_combine), so this grid's
+    // completion must imply its predecessor's even if no sequence has data (pdl.cuh's contract).
+    if (gridDim.x == 1) pdl_wait();
+    return;
+  }
   const bool single = sp.used <= 1;
   const int n_tiles = sp.n_tiles;
   auto tile_pos = [&](int tile) { return sp.pos0 + tile * sp.step; };
@@ -365,15 +369,8 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   launch_maybe_pdl(split_pdl, kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len,
                    ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);
   KILN_CUDA_CHECK_LAUNCH();
-  // The combine, launched while the split kernel runs when PDL is on (its launch latency hides
-  // behind the split kernel; it waits on griddepcontrol.wait before reading partials).
-  // With one split block per (sequence, head group) -- batches of >= ~33 sequences on an H200 -- the
-  // split kernel normalizes and writes every output itself and the combine's blocks would only wait
-  // and exit (65,536 of them per layer at 2048 sequences): not launched (KILN_ATTN_COMBINE_P1=1
-  // launches it anyway, for comparison). Whatever runs next waits for the split kernel, whose
-  // completion implies its predecessor's (pdl.cuh: its blocks with data wait before they exit).
-  static const bool combine_p1 = std::getenv("KILN_ATTN_COMBINE_P1") && !std::strcmp(std::getenv("KILN_ATTN_COMBINE_P1"), "1");
-  if (P == 1 && !combine_p1) return;
+  // The combine (none at P = 1), launched while the split kernel runs when PDL is on (its launch
+  // latency hides behind the split kernel; it waits on griddepcontrol.wait before reading partials).
   const bool pdl = pdl_ok && (tune.pdl < 0 ? kDecodeDefaults.pdl : tune.pdl != 0);
   launch_decode_combine(ws, kv_len, out, batch, n_heads, head_dim, ws_splits, P, interleave != 0, pdl, stream);
 }
@@ -382,10 +379,11 @@ template <int D, bool kPaged>
 void launch_decode_stages(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
                           int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,
                           int n_kv_heads, int head_dim, cudaStream_t stream) {
-  // KILN_ATTN_DECODE_STAGES=2|4: another default for an engine-level comparison (D = 128 only).
+  // KILN_ATTN_DECODE_STAGES=2|4: another default for an engine-level comparison (D = 128 only;
+  // other values keep the default).
   static const int env_stages = [] {
-    const char* e = std::getenv("KILN_ATTN_DECODE_STAGES");
-    return e ? std::atoi(e) : 0;
+    const int v = env_int("KILN_ATTN_DECODE_STAGES", 0);
+    return v == 2 || v == 4 ? v : 0;
   }();
   const int stages = tune.stages > 0 ? tune.stages : env_stages > 0 ? env_stages : kDecodeDefaults.stages;
   // Instantiations beyond the default only where the kernel lab compares them (D 128).
@@ -411,15 +409,20 @@ int decode_split_count(int64_t resident_blocks, int waves, int64_t pairs, int ws
 // Partials up to which the combine releases the o GEMV right after its wait (KILN_COMBINE_EARLY_MAX;
 // 0: never, i.e. the GEMV launches when the combine ends).
 static int combine_early_max() {
-  static const int v = [] {
-    const char* e = std::getenv("KILN_COMBINE_EARLY_MAX");
-    return e ? std::max(0, std::atoi(e)) : 8;
-  }();
+  static const int v = std::max(0, env_int("KILN_COMBINE_EARLY_MAX", 8));
   return v;
 }
 
 void launch_decode_combine(DecodeWorkspace ws, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
                            int head_dim, int ws_splits, int P, bool interleave, bool pdl, cudaStream_t stream) {
+  // One split block per (sequence, head group) -- P = 1: batches of >= ~33 sequences on an H200, or
+  // a capacity of <= 256 positions -- and the split kernel has normalized and written every output
+  // itself: the combine's blocks would only wait and exit (65,536 of them per layer at 2048
+  // sequences; session 7: +1.6% output tok/s without them). KILN_ATTN_SKIP_P1_COMBINE=0 launches it
+  // anyway, for comparison. The split kernel's completion implies its predecessor's (its P = 1
+  // blocks wait before they exit, with data or not).
+  static const bool skip_p1 = env_switch_on("KILN_ATTN_SKIP_P1_COMBINE");
+  if (P == 1 && skip_p1) return;
   // The split weights (P floats) in dynamic shared memory.
   launch_maybe_pdl(pdl, decode_combine_mma_kernel, dim3(unsigned(n_heads), unsigned(batch)), dim3(kAttnMaxHeadDim),
                    size_t(P) * sizeof(float), stream, ws, kv_len, out, n_heads, head_dim, ws_splits, P,

@@ -16,7 +16,9 @@ int decode_split_count(int64_t resident_blocks, int waves, int64_t pairs, int ws
 
 // The combine after a split kernel of P blocks per group (interleaved or contiguous 64-position
 // tiles, as decode_split in attention_decode.cu): grid (n_heads, batch), 128 threads, launched
-// with programmatic dependent launch when `pdl` (it waits for the split kernel's partials).
+// with programmatic dependent launch when `pdl` (it waits for the split kernel's partials). Not
+// launched at all when P = 1 (the split kernel wrote every output; KILN_ATTN_SKIP_P1_COMBINE=0
+// launches it anyway, for comparison).
 void launch_decode_combine(DecodeWorkspace ws, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
                            int head_dim, int ws_splits, int P, bool interleave, bool pdl, cudaStream_t stream);
 

@@ -98,7 +98,10 @@ __global__ void __launch_bounds__(kThreads, kV == 3 ? 3 : 2)
   // PDL as in attention_decode.cu: before pdl_wait only kv_len and older K/V tiles are read.
   const int len = kv_len[b];
   const Split sp = q8_split(len, int(gridDim.x), split);
-  if (sp.n_tiles <= 0) return;
+  if (sp.n_tiles <= 0) {
+    if (gridDim.x == 1) pdl_wait();  // no combine follows at P = 1 (attention_decode.cu's split kernel)
+    return;
+  }
   const bool single = sp.used <= 1;
   const int n_tiles = sp.n_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -329,8 +332,7 @@ bool attention_decode_q8_version(int version, const bf16* q, KvLayout kv, const 
                     "attention_decode_q8: q, out and the K/V bytes must be 16-byte aligned");
   KILN_CUDA_REQUIRE(batch < 65536, "attention: batch too large");
   static const int env_version = [] {
-    const char* e = std::getenv("KILN_ATTN_Q8");
-    const int v = e ? std::atoi(e) : 0;
+    const int v = env_int("KILN_ATTN_Q8", 0);
     return v == 1 || v == 3 ? v : 0;
   }();
   const bool asked = version != 0;

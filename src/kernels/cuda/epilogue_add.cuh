@@ -1,4 +1,5 @@
-// The register epilogue of the wgmma GEMMs (gemm_wgmma.cu, gemm_wgmma_persistent.cu) with the
+// The register epilogue of the wgmma GEMMs (gemm_wgmma.cu, gemm_wgmma_persistent.cu,
+// gemm_wgmma_cluster.cu) with the
 // add_f32 mode's reads batched. store_acc_block (epilogue.cuh) reads each float2 of y just before
 // writing it, and since y may alias anything the compiler keeps every read behind the previous
 // write: 2 * BN / 8 dependent round trips to L2/DRAM per thread per 64-row block. The o and down

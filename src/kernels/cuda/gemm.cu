@@ -40,11 +40,14 @@
 //       Measured (H200 device run 2, same run as cuBLAS, TFLOP/s): v5 (auto) 0.90-1.14x cuBLAS on
 //       every Llama-3-8B shape at M = 512 / 2048 / 4096 (v4: 0.72-1.00x in the same run); v9 is
 //       0.94-1.07x at M >= 2048. The default since then (gemm_default_version).
-//   Session 7 candidates for the M = 512 shapes still under 0.90x cuBLAS (untimed when written; not
-//   in v5's plan): v10 / v11 the persistent kernel's cooperative 128x224 tiles with register /
-//   TMA-store epilogue (gate_up: 512 tiles = 3.88 rounds); v12 gemm_wgmma_cluster.cu, 128x256 tiles
-//   split over K between the 2 CTAs of a cluster, partials exchanged through distributed shared
-//   memory (o: 64 tiles = 128 CTAs, one round, the 128x256 main loop). Else v4, else v2.
+//   Session 7 candidates for the M = 512 shapes still under 0.90x cuBLAS (lab versions, not in v5's
+//   plan): v10 / v11 the persistent kernel's cooperative 128x224 tiles with register / TMA-store
+//   epilogue (gate_up: 512 tiles = 3.88 rounds); v12 gemm_wgmma_cluster.cu, 128x256 tiles split
+//   over K between the 2 CTAs of a cluster, partials exchanged through distributed shared memory
+//   (o: 64 tiles = 128 CTAs, one round, the 128x256 main loop). Where they cannot run, v10 / v11
+//   run v2 and v12 runs v4 (else v2). Measured (run 3, TFLOP/s, cuBLAS in brackets): gate_up
+//   M=512 v10 665.7, v11 687.3 against v5's 679.1 (761.1); o M=512 v12 525.8 against v4's 588.0
+//   (659.5): none adopted.
 // Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
 // wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
 // a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.

@@ -58,6 +58,7 @@
 namespace kiln::cuda {
 namespace {
 
+// X_ / kX: this kernel's constants (the partial-sum eXchange kernel), apart from v4's WG_ / kernels'.
 constexpr int X_BM = 128, X_BN = 256, X_BK = 64, X_THREADS = 384, X_STAGES = 4;
 constexpr int kXABytes = X_BM * X_BK * 2;  // (128, 64) bf16 = 16 KB
 constexpr int kXBBytes = X_BN * X_BK * 2;  // (256, 64) bf16 = 32 KB
@@ -216,9 +217,9 @@ struct PairLaunch {
   PairLaunch& operator=(const PairLaunch&) = delete;
 };
 
-// Clusters of 2 of this kernel that can be resident at once on the current device (0: none; cached
-// for the first device asked, enough for the lab and one-GPU runs; a later device re-asks if it
-// differs). Needs the dynamic shared-memory limit raised first.
+// Clusters of 2 of this kernel that can be resident at once on the current device (0: none),
+// cached per process for the device last asked. Needs the dynamic shared-memory limit raised first
+// (configure(); like device_sms(), done once per process: a lab version, run on one GPU).
 int max_active_clusters() {
   static std::atomic<int> cached_dev{-1}, cached{0};
   int dev = 0;

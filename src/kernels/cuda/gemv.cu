@@ -20,8 +20,10 @@
 //       row pieces of one instruction become whole-line DRAM fetches. x is read after the PDL wait
 //       with a predicated coherent load (session 7: the condition inside the asm instead of a branch
 //       around it; same run: tg128 239.3 -> 241.8 tok/s, lm_head 251.7 -> 243.5 us, o in sequence
-//       10.43 -> 10.01 us), except on a single wave of 4-warp blocks (qkv), where the branch measured
-//       faster (in sequence 15.26 vs 16.71 us; gemv_mma.cuh, XPRED).
+//       10.43 -> 10.01 us), except on a single wave of 4-warp blocks (qkv), where the branch around
+//       the load measured faster (run 4: in sequence 15.26 vs 16.71 us; in the decode step qkv+rope
+//       403 vs 461 us; tg128 +0.3%; gemv_mma.cuh, XPRED). Why the branch wins there is not known (no
+//       SASS or counters were read).
 //   Predicted (H200, copy ceiling 3.9-4.25 TB/s, vs v1): gate_up / down / lm_head at every M within
 //   5% of v1's M=1 (64.5 / 40.7 / 247 us; down at 40.7 is 2.9 TB/s so v2 may gain there from the
 //   8-warp K split: ~32 us); qkv M=1 21.3 -> ~15 us, o 18.2 -> ~11 us (whole matrix requested in
@@ -198,7 +200,7 @@ void gemv_v1(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mo
 // ---- v2: tensor cores (see the top of the file; the kernel is gemv_mma.cuh's, shared with the
 // decode GEMVs that fold the norm, RoPE and SwiGLU in: gemv_fused.cu) ----
 
-// loop: plain (v2), pipelined (v4) or the default (version 0).
+// loop: plain (v2 and the default) or pipelined (v4).
 template <int NT>
 void launch_v2(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N, int64_t K,
                cudaStream_t stream, GemvLoop loop) {
@@ -411,7 +413,6 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else if (version == 4)
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined);
-
   else if (version == 0 && !(kDefaultSplitK && use_v3(N, K)))
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else

@@ -57,11 +57,7 @@ struct WeightStage {
 // x's fragments for one step (one 16-byte load per n-tile and chunk group, predicated: no load for
 // activation rows >= M or chunks past K) and the 2 MMAs per chunk group and n-tile.
 // XPRED: x through ld_after_wait_if (a predicated load), else through a branch around
-// ld_after_wait. Measured per grid shape (session 7, same runs): the predicated load is faster on
-// multi-wave grids and 8-warp blocks (tg128 239.3 -> 241.8; lm_head 251.7 -> 243.5 us, o in
-// sequence 10.43 -> 10.01 us), the branch on a single wave of 4-warp blocks (qkv M=1 in sequence
-// 15.26 vs 16.71 us; in the decode step qkv+rope 403 vs 461 us). Why is not known (no SASS or
-// counters were read); launch_gemv_mma picks per shape as measured.
+// ld_after_wait; launch_gemv_mma picks per grid shape, as measured (gemv.cu's header, v2).
 template <int NT, int U, bool XPRED = true>
 __device__ __forceinline__ void gemv_mma_step(float (&acc)[NT][4], const WeightStage<U>& a, const uint4* const (&xr)[NT],
                                               const bool (&x_ok)[NT], int64_t base, int64_t n_chunks) {
@@ -127,6 +123,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   // writes before its own pdl_wait.
   // Loop bounds are warp-uniform (mma.sync needs the whole warp); lane t's chunks are base + t + 4u.
   const int64_t first = int64_t(warp) * kStep + t;
+  static_assert(!PIPE || XPRED, "the pipelined loop reads x with the predicated load only");
   if constexpr (PIPE) {
     WeightStage<U> s0, s1;
     s0.load(w_lo, w_hi, first, n_chunks);
@@ -152,7 +149,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       }
       gemv_mma_step<NT, U, XPRED>(acc, a, xr, x_ok, base, n_chunks);
     }
-    if (!waited) {  // a warp with no K steps (K < 8 kStep W): the epilogue's inputs need the wait too
+    if (!waited) {  // a warp with no K steps (K / 8 <= warp * kStep): the epilogue's inputs need the wait too
       pdl_wait();
       pdl_launch_dependents();
     }
@@ -176,17 +173,17 @@ template <int NT, class E>
 void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, int64_t blocks, const E& epi,
                      cudaStream_t stream, GemvLoop loop = GemvLoop::plain) {
   const bool pdl = gemv_pdl_enabled();
-  const bool wide = blocks <= 2 * int64_t(gemv_sm_count());
+  const bool eight_warp_blocks = blocks <= 2 * int64_t(gemv_sm_count());  // a small grid
   const dim3 grid{unsigned(blocks)};
   if (loop == GemvLoop::pipelined) {
     constexpr int U = NT == 1 ? 4 : 3;
-    if (wide)
+    if (eight_warp_blocks)
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, true, E>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
     else
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, true, E>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K, epi);
   } else {
     constexpr int U = NT == 1 ? 8 : 6;
-    if (wide)
+    if (eight_warp_blocks)
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 8, false, E>, grid, dim3(8 * 32), 0, stream, x, w, m, N, K, epi);
     else if (blocks <= 4 * int64_t(gemv_sm_count()))  // one wave of 4-warp blocks: x behind a branch
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, false, E, false>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K,
