@@ -3,8 +3,8 @@
 
     scripts/acceptance_report.py OUT_DIR [--json PATH]
 
-Reads what scripts/gpu_suite.sh writes into OUT_DIR (kiln bench / bench throughput / kernel lab
-JSON, PyTorch SDPA's JSON) and prints one row per acceptance line: target, measured, PASS / FAIL,
+Reads what scripts/gpu_suite.sh writes into OUT_DIR (kiln bench / bench throughput / kernel lab /
+kiln profile JSON, PyTorch SDPA's JSON) and prints one row per acceptance line: target, measured, PASS / FAIL,
 or "-" where this run did not measure it. Figures from one run only: the point is the same-run
 comparison the issues ask for. Every ratio uses this run's own baselines (bf16 for the quantized
 formats, cuBLAS for the GEMV/GEMM, SDPA for attention, the lab's copy kernel for "% of copy").
@@ -108,6 +108,13 @@ def main():
     worst = min(ratios) if ratios else None
     rep.add(6, f"prefill GEMM >= 90% of cuBLAS ({len(ratios)} shape/M)", ">= 0.90x", worst,
             worst is not None and worst >= 0.9, "x")
+    # The same GEMVs inside the decode step (`kiln profile -b 1`, CUPTI kernel records; each kernel
+    # charged from the previous one's end, against the run's measured cudaMemcpy roof): context for
+    # the isolated lines above, not the issue's line (no verdict; no cuBLAS beside them).
+    prof = load(os.path.join(d, "profile_b1.json"))
+    for k in (prof or {}).get("kernels", []):
+        if k.get("kernel", "").endswith(".gemv"):
+            rep.add(6, f"  in the decode step: {k['kernel']} (CUPTI)", "% of roof", k.get("pct_of_roof"), None, "%")
     tg = bench_value(bf16, "tg128")
     rep.add(6, "tg128 bf16 batch 1", ">= 228 tok/s", tg, tg is not None and tg >= 228)
     pp = bench_value(bf16, "pp2048")

@@ -1,6 +1,7 @@
-"""scripts/acceptance_report.py on a real device run: session 6's final run, committed under
-bench/results/raw/ (2026-11-30_s6_final_*), copied back under the names gpu_suite.sh writes.
-The verdicts and figures asserted are the ones docs/BENCHMARKS.md quotes for that run."""
+"""scripts/acceptance_report.py on real device runs: sessions 6's and 7's final runs, committed
+under bench/results/raw/ (2026-11-30_s6_final_*, _s7_final_*), copied back under the names
+gpu_suite.sh writes. The verdicts and figures asserted are the ones docs/BENCHMARKS.md quotes for
+those runs."""
 import json
 import pathlib
 import shutil
@@ -12,9 +13,9 @@ RAW = ROOT / "bench" / "results" / "raw"
 PREFIX = "2026-11-30_s6_final_"
 
 
-def run_report(tmp_path, drop=()):
-    for f in RAW.glob(PREFIX + "*.json"):
-        name = f.name[len(PREFIX):]
+def run_report(tmp_path, drop=(), prefix=PREFIX):
+    for f in RAW.glob(prefix + "*.json"):
+        name = f.name[len(prefix):]
         if name != "acceptance.json" and name not in drop:
             shutil.copy(f, tmp_path / name)
     out = tmp_path / "acceptance.json"
@@ -47,3 +48,14 @@ def test_a_missing_output_is_unmeasured_not_failed(tmp_path):
     rows, _ = run_report(tmp_path, drop=("bench_tg_d32768.json",))
     r = rows["tg128 bf16 at 32k context"]
     assert (r["measured"], r["verdict"]) == ("-", "-")
+
+
+def test_session7_gemm_line_and_the_gemvs_in_the_decode_step(tmp_path):
+    rows, _ = run_report(tmp_path, prefix="2026-11-30_s7_final_")
+    gemm = rows["prefill GEMM >= 90% of cuBLAS (15 shape/M)"]
+    assert (gemm["measured"], gemm["verdict"]) == ("0.88x", "FAIL")
+    step = {line.split(": ")[1]: r for line, r in rows.items() if "in the decode step" in line}
+    assert set(step) == {f"{k}.gemv (CUPTI)" for k in ("gate_up+silu", "down", "qkv+rope", "o", "lm_head")}
+    assert step["qkv+rope.gemv (CUPTI)"]["measured"] == "90.6%"
+    assert all(r["verdict"] == "-" for r in step.values())  # context, not an acceptance line
+    assert rows["throughput 2048 x 128/128 output tok/s (max-num-seqs 2048)"]["measured"] == "17,036.9"
