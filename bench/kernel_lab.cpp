@@ -121,25 +121,19 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       double t_c = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, reps);
       record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
       if (!gemm && (m == 1 || m == 16)) {
-        // In sequence: kSeq calls back to back (each on the next rotating weight), timed together,
-        // per call. The kiln GEMV launches with PDL, so each call's blocks become resident and
-        // start their weight loads while the previous call drains -- how the decode step runs its
-        // GEMVs (o after the attention combine, down after gate/up). cuBLAS the same way.
-        // v2 and v4 (the two main loops of gemv_mma.cuh) too, to compare them where it matters.
-        constexpr int kSeq = 8;
+        // In sequence (time_in_sequence; o after the attention combine, down after gate/up in the
+        // decode step): the default, v2 and v4 (the two main loops of gemv_mma.cuh), and cuBLAS.
         for (const int ver : {2, 4, 0}) {
-          const double t_seq = time_ms([&](int i) {
-            for (int j = 0; j < kSeq; ++j)
-              gemv_version(ver, x.data(), w[size_t((kSeq * i + j) % copies)].data(), nullptr, y.data(),
-                           OutMode::store_bf16, m, s.n, s.k, nullptr);
-          }, reps / 2) / kSeq;
+          const double t_seq = time_in_sequence([&](int c) {
+            gemv_version(ver, x.data(), w[size_t(c % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n,
+                         s.k, nullptr);
+          }, reps / 2);
           record("gemv", shape, ver ? "v" + std::to_string(ver) + "-seq" : std::string("kiln-seq"), t_seq, bytes, flops,
                  copy_gbs, 0);
         }
-        const double t_cseq = time_ms([&](int i) {
-          for (int j = 0; j < kSeq; ++j)
-            cublas.gemm_bf16(x.data(), w[size_t((kSeq * i + j) % copies)].data(), yref.data(), m, s.n, s.k, nullptr);
-        }, reps / 2) / kSeq;
+        const double t_cseq = time_in_sequence([&](int c) {
+          cublas.gemm_bf16(x.data(), w[size_t(c % copies)].data(), yref.data(), m, s.n, s.k, nullptr);
+        }, reps / 2);
         record("gemv", shape, "cublas-seq", t_cseq, bytes, flops, copy_gbs, 0);
       }
       if (!gemm && m == 1) {
@@ -356,11 +350,10 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
             record("qgemv", shape, std::string(f.label) + "-v" + std::to_string(v), t, cost.bytes, cost.flops, copy_gbs, ev);
           }
           qgemv_set_version(0);
-          // In sequence, as bench_matmul's "kiln-seq": 8 calls back to back (PDL), per call.
-          const double t_seq = time_ms([&](int i) {
-            for (int j = 0; j < 8; ++j)
-              qgemv(x.data(), views[size_t((8 * i + j) % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr);
-          }, 50) / 8;
+          // In sequence, as bench_matmul's "kiln-seq" (time_in_sequence).
+          const double t_seq = time_in_sequence([&](int c) {
+            qgemv(x.data(), views[size_t(c % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr);
+          }, 50);
           record("qgemv", shape, std::string(f.label) + "-seq", t_seq, cost.bytes, cost.flops, copy_gbs, err);
           t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
         }

@@ -58,6 +58,17 @@ inline double time_ms(const std::function<void(int)>& fn, int reps = 50, int war
   return ms[ms.size() / 2];
 }
 
+// Per-call time of calls run "in sequence": kSeq calls back to back between the events, call(c)
+// for c = kSeq * rep + 0 .. kSeq - 1 (so `c % copies` walks the rotating inputs), the median over
+// `reps` of the total divided by kSeq. This is how a decode step runs its GEMVs: under PDL each
+// call's blocks start their weight loads while the previous call drains.
+constexpr int kSeq = 8;
+inline double time_in_sequence(const std::function<void(int)>& call, int reps) {
+  return time_ms([&](int i) {
+    for (int j = 0; j < kSeq; ++j) call(kSeq * i + j);
+  }, reps) / kSeq;
+}
+
 inline std::vector<float> to_float(const DeviceBuffer<bf16>& d) {
   std::vector<bf16> raw = d.to_host();
   std::vector<float> f(raw.size());

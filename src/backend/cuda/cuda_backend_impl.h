@@ -335,8 +335,9 @@ struct CudaBackend::Impl {
   bool use_fused_decode = false;
   bool fused_decode_ok() const { return use_fused_decode; }
   void decide_fused_decode() {
-    use_fused_decode = opt.fused_decode && env_switch_on("KILN_FUSED_DECODE") && c.intermediate_size % 8 == 0 && c.hidden_size % 8 == 0 &&
-                   cuda::gemv_rope_kv_fusable(c.rope.rot_dim, int(c.head_dim), c.hidden_size);
+    use_fused_decode = opt.fused_decode && env_switch_on("KILN_FUSED_DECODE") && c.intermediate_size % 8 == 0 &&
+                       c.hidden_size % 8 == 0 &&
+                       cuda::gemv_rope_kv_fusable(c.rope.rot_dim, int(c.head_dim), c.hidden_size);
     for (const cuda_backend::DeviceLayer& d : layers)
       use_fused_decode = use_fused_decode && d.w_qkv.format == QuantFormat::none && d.w_gu.format == QuantFormat::none;
   }

@@ -37,12 +37,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
-
-#include "backend/cuda/cuda_check.h"
 #include <mutex>
 
+#include "backend/cuda/cuda_check.h"
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode_combine.h"

@@ -31,9 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <mutex>
-#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"

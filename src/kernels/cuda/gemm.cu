@@ -54,10 +54,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
@@ -347,13 +346,12 @@ int device_sms() {
   return sms;
 }
 
-// KILN_GEMM_SPLITK, read once: unset / empty / "auto" -> -1 (auto), "0" -> 0 (matmul never splits:
-// the pre-split-K path), n >= 1 -> n (matmul forces n slices for kGemvMaxRows < M <= kSplitKMaxRows).
+// KILN_GEMM_SPLITK, read once: unset / empty / "auto" (any non-number) -> -1 (auto), "0" -> 0
+// (matmul never splits: the pre-split-K path), n >= 1 -> n (matmul forces n slices for
+// kGemvMaxRows < M <= kSplitKMaxRows).
 int splitk_env() {
   static const int v = [] {
-    const char* env = std::getenv("KILN_GEMM_SPLITK");
-    if (!env || !*env || !std::strcmp(env, "auto")) return -1;
-    const int n = std::atoi(env);
+    const int n = env_int("KILN_GEMM_SPLITK", -1);
     return n >= 0 ? std::min(n, kSplitKMaxSplits) : -1;
   }();
   return v;
@@ -423,8 +421,7 @@ bool matmul_splitk(const bf16* x, const bf16* w, const bf16* bias, void* y, OutM
 // overrides the default for experiments (kiln bench end to end with another version), read once.
 static int gemm_default_version() {
   static const int v = [] {
-    const char* env = std::getenv("KILN_GEMM_VERSION");
-    int parsed = env ? std::atoi(env) : 0;
+    const int parsed = env_int("KILN_GEMM_VERSION", 0);
     return parsed >= 1 && parsed <= gemm_versions() ? parsed : 5;
   }();
   return v;

@@ -409,12 +409,10 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
   const int m = int(M);
   if (version == 1)
     gemv_v1(x, w, bias, y, mode, m, N, K, stream);
-  else if (version == 2)
+  else if (version == 2 || (version == 0 && !(kDefaultSplitK && use_v3(N, K))))
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else if (version == 4)
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined);
-  else if (version == 0 && !(kDefaultSplitK && use_v3(N, K)))
-    gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else
     gemv_v3(x, w, bias, y, mode, m, N, K, stream);
   KILN_CUDA_CHECK_LAUNCH();
