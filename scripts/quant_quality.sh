@@ -6,6 +6,7 @@
 #
 #   scripts/quant_quality.sh                       # all 198 windows of 512 (101k tokens)
 #   KILN=build/tools/kiln WORK=build/quant-quality CHUNKS=198 THREADS=0 scripts/quant_quality.sh
+#   ROWS="int8 int8-head" TAG=head CHUNKS=8 scripts/quant_quality.sh   # some rows, JSON ..._8chunks_head.json
 #
 # Needs ~5 GB in WORK for the baseline's stored log-probabilities.
 set -euo pipefail
@@ -51,25 +52,33 @@ ppl() {  # label model [args]
   mv "$json.tmp" "$json"
 }
 
+# ROWS="int8 int8-head ...": only these configurations (the baseline always runs); default: all.
+want() { [[ -z "${ROWS:-}" || " $ROWS " == *" $1 "* ]]; }
 quantize bf16 bf16
 ppl bf16 bf16 --save-logits "$WORK/bf16.klb"
-quantize int8 int8 && ppl int8 int8 --kl-base "$WORK/bf16.klb"
-quantize int4 int4 && ppl int4 int4 --kl-base "$WORK/bf16.klb"
-quantize int4-awq int4 --calib "$WORK/calib.txt" && ppl int4-awq int4-awq --kl-base "$WORK/bf16.klb"
-quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
-ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
-ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
+want int8 && quantize int8 int8 && ppl int8 int8 --kl-base "$WORK/bf16.klb"
+want int4 && quantize int4 int4 && ppl int4 int4 --kl-base "$WORK/bf16.klb"
+want int4-awq && quantize int4-awq int4 --calib "$WORK/calib.txt" && ppl int4-awq int4-awq --kl-base "$WORK/bf16.klb"
+want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
+want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
+want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
 # int4 with the GGUF Q4 kernels' group of 32 (the default model's weights are Q4_1 g32 already).
-quantize int4-g32 int4 --group 32 && ppl int4-g32 int4-g32 --kl-base "$WORK/bf16.klb"
+want int4-g32 && quantize int4-g32 int4 --group 32 && ppl int4-g32 int4-g32 --kl-base "$WORK/bf16.klb"
+# The output head quantized too (--head; the default model's head is its embedding: a quantized copy).
+want int8-head && quantize int8-head int8 --head && ppl int8-head int8-head --kl-base "$WORK/bf16.klb"
+want int4-g32-head && quantize int4-g32-head int4 --group 32 --head &&
+  ppl int4-g32-head int4-g32-head --kl-base "$WORK/bf16.klb"
+want fp8-head && quantize fp8-head fp8 --head && ppl fp8-head fp8-head --kl-base "$WORK/bf16.klb"
 
 # 4. One JSON with every row, and the table.
-python3 - "$WORK" "$PKG" "$PKG_VERSION" "$CHUNKS" "$CTX" <<'PY'
+python3 - "$WORK" "$PKG" "$PKG_VERSION" "$CHUNKS" "$CTX" "${TAG:-}" <<'PY'
 import datetime, json, pathlib, platform, subprocess, sys
-work, pkg, version, chunks, ctx = pathlib.Path(sys.argv[1]), *sys.argv[2:]
+work, pkg, version, chunks, ctx, tag = pathlib.Path(sys.argv[1]), *sys.argv[2:]
 rows = []
 labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per channel)"),
           ("int4", "INT4 weights (g128/g64, RTN)"), ("int4-awq", "INT4 weights (g128/g64) + AWQ scales"),
-          ("int4-g32", "INT4 weights (g32, RTN)"),
+          ("int4-g32", "INT4 weights (g32, RTN)"), ("int8-head", "INT8 weights and head"),
+          ("int4-g32-head", "INT4 weights and head (g32, RTN)"), ("fp8-head", "FP8 E4M3 W8A8, head too"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache")]
 for key, label in labels:
@@ -87,6 +96,7 @@ out = {"date": datetime.date.today().isoformat(), "machine": f"{cpu}, {len(open(
        "corpus": f"{pkg} {version}: /usr/share/debian-reference/debian-reference.en.txt.gz, cut by python/quant_corpus.py",
        "model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized, rounded to bf16 = baseline)", "rows": rows}
 suffix = "" if chunks == "-1" else f"_{chunks}chunks"  # a shortened run is not the acceptance table
+suffix += f"_{tag}" if tag else ""  # TAG: a run of some ROWS, kept apart from the full table
 dest = pathlib.Path("bench/results") / f"{out['date']}_cpu_quant_quality{suffix}.json"
 dest.write_text(json.dumps(out, indent=2) + "\n")
 print(f"| configuration | file MiB | PPL | vs BF16 | mean KL | p99 KL | same top-1 |")

@@ -25,6 +25,7 @@ namespace {
 struct BenchOptions {
   ModelOptions m;
   std::string random, json, quant;
+  bool quant_head = false;
   std::vector<int> n_prompt = {512}, n_gen = {128};
   int reps = 5, depth = 0;
   // Reference figures measured on the H200 (GPU.md, docs/BENCHMARKS.md): cudaMemcpy copy
@@ -58,7 +59,7 @@ void run(const BenchOptions& o) {
   KILN_CHECK(o.reps >= 1, invalid_argument, "-r/--repetitions must be at least 1, got {}", o.reps);
   KILN_CHECK(o.depth >= 0, invalid_argument, "-d/--depth must be >= 0, got {}", o.depth);
   ThreadPool pool(o.m.threads);
-  BenchTarget target = open_bench_target(o.m, o.random, pool, o.quant);
+  BenchTarget target = open_bench_target(o.m, o.random, pool, o.quant, o.quant_head);
   std::unique_ptr<Backend>& backend = target.backend;
   apply_kv_cache_option(*backend, o.m);
   const double weight_bytes = target.weight_bytes;
@@ -68,6 +69,7 @@ void run(const BenchOptions& o) {
   // What the backend stores: the CPU reference keeps everything in fp32.
   profile::Widths widths = backend->name() == "cuda" ? profile::Widths{} : profile::Widths{4, 4, 4, 4};
   widths.proj_weight = target.proj_weight_bytes;  // --quant: the projections' packed bytes
+  widths.head_weight = target.head_weight_bytes;  // --quant-head
   // K/V bytes per cached value as the backend stores them (--kv-cache int8|fp8 on CUDA: 1 byte
   // plus a 4-byte scale per head_dim values).
   widths.kv = double(backend->kv_bytes_per_token()) / double(2 * c.n_layers * c.kv_dim());
@@ -195,6 +197,7 @@ void add_bench_command(CLI::App& app) {
   add_kv_cache_option(cmd, o->m);
   cmd->add_option("--random", o->random, "Random bf16 weights of a named shape: llama3-8b, llama2-7b, qwen2.5-7b, mistral-7b, smollm2-135m");
   cmd->add_option("--quant", o->quant, "With --random: the projections as random int8, int4 or fp8 weights (default bf16)");
+  cmd->add_flag("--quant-head", o->quant_head, "With --quant: the output head in that format too (default: bf16)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (tg tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-d,--depth", o->depth, "Tokens already in the KV cache before each test")->capture_default_str();

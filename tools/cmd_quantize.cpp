@@ -1,7 +1,8 @@
-// kiln quantize IN.gguf OUT.gguf --type int8|int4|fp8|bf16 [--calib FILE]: rewrites a GGUF with every
-// linear weight (q, k, v, o, gate, up, down) in kiln's format, one progress line per tensor as
-// llama-quantize prints them; everything else (embeddings, norms, output head, tokenizer, chat
-// template and all other metadata) is kept. --type bf16 writes the weights (embeddings and head
+// kiln quantize IN.gguf OUT.gguf --type int8|int4|fp8|bf16 [--head] [--calib FILE]: rewrites a GGUF
+// with every linear weight (q, k, v, o, gate, up, down) in kiln's format, one progress line per
+// tensor as llama-quantize prints them; everything else (embeddings, norms, output head, tokenizer,
+// chat template and all other metadata) is kept. --head quantizes the output head too (a model
+// whose head is tied to the embedding gets a quantized copy as output.weight; the embedding stays). --type bf16 writes the weights (embeddings and head
 // included) rounded to bf16: the reference model the quality table measures the formats against.
 // --calib runs the AWQ-style scale search (src/quant/awq.h) for int4 on a calibration text.
 // Byte layouts and metadata keys: docs/QUANTIZATION.md.
@@ -29,6 +30,7 @@ namespace {
 
 struct QuantizeOptions {
   std::string input, output, type, calib;
+  bool head = false;
   int32_t threads = 0;
   int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
 };
@@ -52,13 +54,21 @@ std::vector<uint8_t> bf16_bytes(const std::vector<float>& values) {
   return b;
 }
 
-// A kiln input's ".scales"/".mins" of a linear weight: rewritten with the weight, never copied.
-bool is_linear_companion(const gguf::GgufFile& f, const std::string& name) {
+constexpr const char* kHeadName = "output.weight";
+constexpr const char* kEmbedName = "token_embd.weight";
+
+// The tensors this run rewrites in the target type: the linear weights, and the head with --head.
+bool quantized_here(const QuantizeOptions& o, const std::string& name) {
+  return gguf::is_linear_weight(name) || (o.head && name == kHeadName);
+}
+
+// A kiln input's ".scales"/".mins" of a tensor this run rewrites: rewritten with it, never copied.
+bool is_rewritten_companion(const QuantizeOptions& o, const gguf::GgufFile& f, const std::string& name) {
   for (std::string_view suffix : {".scales", ".mins"}) {
     if (!name.ends_with(suffix)) continue;
     const std::string base = name.substr(0, name.size() - suffix.size());
     const gguf::TensorInfo* t = f.find_tensor(base);
-    if (t && gguf::is_kiln_type(t->type) && gguf::is_linear_weight(base)) return true;
+    if (t && gguf::is_kiln_type(t->type) && quantized_here(o, base)) return true;
   }
   return false;
 }
@@ -97,6 +107,8 @@ void quantize(const QuantizeOptions& o) {
   const quant::TargetType target = quant::parse_target_type(o.type);
   KILN_CHECK(o.calib.empty() || target == quant::TargetType::int4, invalid_argument,
              "--calib (the AWQ scale search) applies to --type int4 only");
+  KILN_CHECK(!o.head || target != quant::TargetType::bf16, invalid_argument,
+             "--head applies to int8, int4 and fp8 (--type bf16 rounds the head already)");
   KILN_CHECK(o.group >= 32 && o.group <= 4096 && (o.group & (o.group - 1)) == 0, invalid_argument,
              "--group must be a power of two from 32 to 4096, got {}", o.group);
   KILN_CHECK(fs::exists(o.input), io, "input '{}' does not exist", o.input);
@@ -118,9 +130,32 @@ void quantize(const QuantizeOptions& o) {
   out.set_string(gguf::kQuantTypeKey, std::string(quant::target_name(target)));
   out.set_u32(gguf::kQuantVersionKey, 1);
   out.set_bool(gguf::kQuantAwqKey, !o.calib.empty());
+  out.set_bool(gguf::kQuantHeadKey, o.head);
   if (target == quant::TargetType::int4) out.set_u32(gguf::kQuantGroupKey, uint32_t(o.group));
   if (target == quant::TargetType::bf16) out.set_u32("general.file_type", 32);  // LLAMA_FTYPE_MOSTLY_BF16
   else out.erase("general.file_type");  // llama.cpp's enum has no value for kiln's types
+
+  // m quantized (or rounded to bf16) in place and written as `name` (with its scales / mins); bytes written.
+  auto write_quantized = [&](const std::string& name, const std::vector<uint64_t>& ne, HostMatrix& m) -> uint64_t {
+    quant::quantize_matrix(m, target, o.group);
+    if (target == quant::TargetType::bf16) {
+      out.add_tensor(name, ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m.data));
+      return m.data.size() * 2;
+    }
+    const QuantizedMatrix& q = m.quant;
+    const std::vector<uint64_t> scale_ne = {uint64_t(q.groups()), uint64_t(q.rows)};
+    out.add_tensor(name, ne, kiln_type_of(q.format), std::span<const uint8_t>(q.q));
+    out.add_tensor(name + ".scales", scale_ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(q.scales));
+    uint64_t written = q.q.size() + q.scales.size() * 4;
+    if (!q.mins.empty()) {
+      out.add_tensor(name + ".mins", scale_ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(q.mins));
+      written += q.mins.size() * 4;
+    }
+    return written;
+  };
+  auto converted_label = [&](const HostMatrix& m) {
+    return target == quant::TargetType::bf16 ? std::string("bf16") : type_label(kiln_type_of(m.quant.format));
+  };
 
   std::map<std::string, HostMatrix*> named = gguf::named_tensors(model.weights);
   const size_t n = in.tensors().size();
@@ -128,7 +163,7 @@ void quantize(const QuantizeOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < n; ++i) {
     const gguf::TensorInfo& t = in.tensors()[i];
-    if (is_linear_companion(in, t.name)) continue;
+    if (is_rewritten_companion(o, in, t.name)) continue;
     auto it = named.find(t.name);
     HostMatrix* m = it == named.end() ? nullptr : it->second;
     std::string shape;
@@ -136,25 +171,10 @@ void quantize(const QuantizeOptions& o) {
     fmt::print(stderr, "[{:4}/{:4}] {:>36} - [{}], type = {:>6}, ", i + 1, n, t.name, shape, type_label(t.type));
     bytes_in += t.n_bytes;
     uint64_t written = 0;
-    if (m && gguf::is_linear_weight(t.name)) {
-      quant::quantize_matrix(*m, target, o.group);
-      if (target == quant::TargetType::bf16) {
-        written = m->data.size() * 2;
-        out.add_tensor(t.name, t.ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m->data));
-      } else {
-        const QuantizedMatrix& q = m->quant;
-        const std::vector<uint64_t> scale_ne = {uint64_t(q.groups()), uint64_t(q.rows)};
-        out.add_tensor(t.name, t.ne, kiln_type_of(q.format), std::span<const uint8_t>(q.q));
-        out.add_tensor(t.name + ".scales", scale_ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(q.scales));
-        written = q.q.size() + q.scales.size() * 4;
-        if (!q.mins.empty()) {
-          out.add_tensor(t.name + ".mins", scale_ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(q.mins));
-          written += q.mins.size() * 4;
-        }
-      }
-      fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB -> {:8.2f} MiB\n",
-                 target == quant::TargetType::bf16 ? "bf16" : type_label(kiln_type_of(m->quant.format)),
-                 mib(t.n_bytes), mib(written));
+    if (m && quantized_here(o, t.name)) {
+      written = write_quantized(t.name, t.ne, *m);
+      fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB -> {:8.2f} MiB\n", converted_label(*m), mib(t.n_bytes),
+                 mib(written));
     } else if (m && m->rows == 1) {
       // Norms and biases: fp32 from the loaded values (AWQ may have folded scales into them).
       written = m->data.size() * 4;
@@ -170,6 +190,18 @@ void quantize(const QuantizeOptions& o) {
       out.add_tensor(t.name, t.ne, t.type, std::span<const uint8_t>(t.data, t.n_bytes));
       fmt::print(stderr, "size = {:8.2f} MiB (kept)\n", mib(written));
     }
+    bytes_out += written;
+  }
+  // --head on a model whose head is the embedding: a quantized copy becomes output.weight (the loader
+  // then unties the head); the embedding itself stays as it was.
+  if (o.head && !in.find_tensor(kHeadName)) {
+    const gguf::TensorInfo* e = in.find_tensor(kEmbedName);
+    auto it = named.find(kEmbedName);
+    KILN_CHECK(e && it != named.end(), invalid_model, "--head: the model has neither {} nor {}", kHeadName, kEmbedName);
+    HostMatrix head = *it->second;
+    fmt::print(stderr, "[   +/{:4}] {:>36} - a copy of {} (tied head), ", n, kHeadName, kEmbedName);
+    const uint64_t written = write_quantized(kHeadName, e->ne, head);
+    fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB\n", converted_label(head), mib(written));
     bytes_out += written;
   }
   const uint64_t file_bytes = out.write(o.output);
@@ -188,6 +220,8 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("output", o->output, "Output .gguf")->required();
   cmd->add_option("--type", o->type, "int8 (per channel), int4 (group 128), fp8 (E4M3 per channel) or bf16")
       ->required();
+  cmd->add_flag("--head", o->head,
+               "Quantize the output head too (a tied head: a quantized copy of the embedding as output.weight)");
   cmd->add_option("--group", o->group, "int4: columns per scale (halved until it divides a row, down to 32)")
       ->capture_default_str();
   cmd->add_option("--calib", o->calib, "int4: a calibration text for the AWQ-style scale search");

@@ -108,9 +108,11 @@ std::unique_ptr<Backend> make_backend(const ModelOptions& options, LoadedModel& 
 }
 
 BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_shape, ThreadPool& pool,
-                              const std::string& random_quant) {
+                              const std::string& random_quant, bool quant_head) {
   BenchTarget t;
   KILN_CHECK(random_quant.empty() || !random_shape.empty(), invalid_argument, "--quant goes with --random");
+  KILN_CHECK(!quant_head || (!random_quant.empty() && random_quant != "bf16"), invalid_argument,
+             "--quant-head goes with --random and --quant int8|int4|fp8");
   if (!random_shape.empty()) {
     ModelConfig c = preset_config(random_shape);
     const std::string qname = random_quant.empty() ? "bf16" : random_quant;
@@ -120,13 +122,16 @@ BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_s
                                                 : QuantFormat::none;
     KILN_CHECK(quant != QuantFormat::none || qname == "bf16", invalid_argument,
                "--quant must be bf16, int8, int4 or fp8, got '{}'", qname);
-    t.label = random_shape + " (random " + qname + ")";
+    KILN_CHECK(!quant_head || !c.tied_embeddings, invalid_argument,
+               "--quant-head: {} ties its head to the embedding (no separate head to quantize)", random_shape);
+    t.label = random_shape + " (random " + qname + (quant_head ? ", head too" : "") + ")";
 #ifdef KILN_HAVE_CUDA
     KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");
     KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
-    auto b = CudaBackend::random(c, 1234, 0.02f, cuda_options(o), quant);
+    auto b = CudaBackend::random(c, 1234, 0.02f, cuda_options(o), quant, quant_head);
     if (quant != QuantFormat::none)
       t.proj_weight_bytes = cuda::qweight_bytes_per_weight(quant, c.hidden_size, quant == QuantFormat::int4 ? 128 : c.hidden_size);
+    if (quant_head) t.head_weight_bytes = t.proj_weight_bytes;
     t.weight_bytes = double(b->weight_bytes());
     t.backend = std::move(b);
 #else

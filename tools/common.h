@@ -57,10 +57,12 @@ struct BenchTarget {
   std::string label;
   double weight_bytes = 0;
   double proj_weight_bytes = 0;  // bytes per weight of the quantized projections (--quant), 0: dense
+  double head_weight_bytes = 0;  // the same for the output head (--quant-head), 0: dense
 };
-// random_quant (with random_shape): "", "bf16", "int8", "int4" or "fp8" for the layers' projections.
+// random_quant (with random_shape): "", "bf16", "int8", "int4" or "fp8" for the layers' projections;
+// quant_head: the output head in that format too (as llama.cpp's Q8_0 files have it).
 BenchTarget open_bench_target(const ModelOptions& options, const std::string& random_shape, ThreadPool& pool,
-                              const std::string& random_quant = "");
+                              const std::string& random_quant = "", bool quant_head = false);
 
 // Token ids written as "1,2,3", "1 2 3" or "[1, 2, 3]"; kiln::Error(invalid_argument) naming
 // `what` for anything else.

@@ -68,7 +68,7 @@ std::vector<OpCost> batch_ops(const ModelConfig& c, const std::vector<SeqShape>&
     ops.push_back({named("down"), linear(n, H, I, 2 * w.residual, pw)});
   }
   ops.push_back({"rmsnorm", rmsnorm(n_out, H, w)});
-  ops.push_back({n_out <= kGemvMaxRows ? "lm_head.gemv" : "lm_head.gemm", linear(n_out, c.vocab_size, H, 4, w)});
+  ops.push_back({n_out <= kGemvMaxRows ? "lm_head.gemv" : "lm_head.gemm", linear(n_out, c.vocab_size, H, 4, w.head())});
   return ops;
 }
 

@@ -28,11 +28,18 @@ struct Widths {
   double weight = 2, kv = 2, act = 2, residual = 4;
   // Bytes per weight of the layers' projections (q/k/v, o, gate/up, down) when they are quantized
   // (data + scales, e.g. 0.5625 for int4 in groups of 128 with fp32 scale and min); 0: `weight`.
-  // The embedding and the head keep `weight`, as `kiln quantize` leaves them.
+  // The embedding keeps `weight`, and so does the head unless head_weight says otherwise (`kiln
+  // quantize --head`, `--quant-head`: the output head quantized too).
   double proj_weight = 0;
+  double head_weight = 0;
   Widths projections() const {
     Widths p = *this;
     if (proj_weight > 0) p.weight = proj_weight;
+    return p;
+  }
+  Widths head() const {
+    Widths p = *this;
+    if (head_weight > 0) p.weight = head_weight;
     return p;
   }
 };

@@ -146,6 +146,47 @@ TEST_P(GpuQuantBackend, LogitsAndTop1MatchCpu) {
   }
 }
 
+// The fused decode GEMVs with int8 / int4 weights (qgemv_rope_kv, qgemv_swiglu: RoPE with the K/V
+// write and SwiGLU in qgemv v3's epilogue) against the unfused qgemv + rope_qkv / silu_mul: the same
+// bits at every decode step, for full and partial rotation (the unrotated tail passes through).
+// fp8 has no fused form (the backend keeps it unfused).
+TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
+  KILN_REQUIRE_GPU();
+  const Variant v = GetParam();
+  if (v.format == QuantFormat::fp8) GTEST_SKIP() << "fp8 has no fused decode GEMVs";
+  for (bool partial : {false, true}) {
+    SCOPED_TRACE(partial ? "partial rotation" : "full rotation");
+    ModelConfig c = quant_config();
+    if (partial) c.rope.rot_dim = 32;
+    ModelWeights w = random_weights(c, 43, 0.08f);
+    for (LayerWeights& L : w.layers)
+      for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        quantize(*m, v.format, v.group ? v.group : m->cols);
+    CudaBackendOptions on, off;
+    off.fused_decode = false;
+    CudaBackend a(c, w, on), b(c, w, off);
+    a.set_profiling(true);
+    auto sa = a.new_sequence(200), sb = b.new_sequence(200);
+    auto p = prompt(70, c.vocab_size);  // past one 64-position attention tile
+    std::vector<float> la, lb;
+    a.forward(*sa, p, false, la);
+    b.forward(*sb, p, false, lb);
+    ASSERT_EQ(la, lb) << "prefill (never fused)";
+    for (int step = 0; step < 10; ++step) {
+      int32_t t = int32_t((step * 29 + 5) % c.vocab_size);
+      a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
+      b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
+      ASSERT_EQ(la, lb) << "decode step " << step;
+    }
+    bool rope_fused = false, swiglu_fused = false;  // the fused kernels did run
+    for (const KernelStat& st : a.kernel_stats()) {
+      rope_fused |= st.name == "qkv+rope.gemv";
+      swiglu_fused |= st.name == "gate_up+silu.gemv";
+    }
+    EXPECT_TRUE(rope_fused && swiglu_fused) << v.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, GpuQuantBackend,
                          testing::Values(Variant{QuantFormat::int8, 0, "int8"}, Variant{QuantFormat::int8, 32, "int8_g32"},
                                          Variant{QuantFormat::int4, 128, "int4_g128"},

@@ -42,6 +42,23 @@ TEST(CostModel, Llama3_8bDecodeLayerByHand) {
   EXPECT_NEAR(step.bytes / 1e9, 15.03, 0.01);
 }
 
+// Quantized projections (proj_weight) and a quantized head (head_weight, `--quant-head`) each
+// change only their own matrices' weight bytes: int4 g128 at 0.5625 B a weight (data + fp32 scale and
+// min per 128), the embedding row and activations unchanged.
+TEST(CostModel, QuantizedHeadWidthAppliesToTheHeadOnly) {
+  ModelConfig c = preset_config("llama3-8b");
+  profile::Widths w;
+  w.proj_weight = 0.5625;
+  auto proj_only = profile::step_ops(c, 1, 99, 1, w);
+  w.head_weight = 0.5625;
+  auto head_too = profile::step_ops(c, 1, 99, 1, w);
+  EXPECT_DOUBLE_EQ(find(proj_only, "qkv.gemv", false), find(head_too, "qkv.gemv", false));
+  EXPECT_DOUBLE_EQ(find(proj_only, "qkv.gemv", false), 0.5625 * 6144 * 4096 + 8192 + 12288);
+  // lm_head: W 128256x4096, x 4096 bf16 = 8,192 B, logits 128256 fp32 = 513,024 B.
+  EXPECT_DOUBLE_EQ(find(proj_only, "lm_head.gemv", false), 2.0 * 128256 * 4096 + 8192 + 513024);
+  EXPECT_DOUBLE_EQ(find(head_too, "lm_head.gemv", false), 0.5625 * 128256 * 4096 + 8192 + 513024);
+}
+
 TEST(CostModel, Llama3_8bPrefill512LayerByHand) {
   ModelConfig c = preset_config("llama3-8b");
   auto ops = profile::step_ops(c, 512, 0, 1);

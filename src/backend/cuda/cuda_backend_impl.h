@@ -308,6 +308,13 @@ struct CudaBackend::Impl {
     events_used = 0;
   }
 
+  // The cost model's widths for a product with weight w (bytes a weight element costs, scales included).
+  static profile::Widths weight_widths(const cuda::DeviceWeight& w) {
+    profile::Widths widths;
+    widths.weight = w.bytes_per_weight();
+    return widths;
+  }
+
   // y = in . W^T (+ bias) for m rows; W bf16 or quantized (cuda::qmatmul dispatches on its format).
   // a: the activations `in` / `out` belong to (their split-K and fp8 scratch).
   void linear(const char* what, const cuda_backend::Activations& a, const bf16* in, const cuda::QWeight& w,
@@ -328,9 +335,9 @@ struct CudaBackend::Impl {
   }
 
   // A batch-1 decode step runs each layer as 7 kernels instead of 9, RoPE (with the K/V write) and
-  // SwiGLU folded into the qkv and gate/up GEMVs (gemv_fused.h). Needs bf16 projections (the
-  // quantized GEMVs have no fused forms yet) and a shape the pairing takes; KILN_FUSED_DECODE=0 (or
-  // the option) turns it off, for comparison: the results are the same bits.
+  // SwiGLU folded into the qkv and gate/up GEMVs (gemv_fused.h; qmatmul.h for int8 / int4 weights).
+  // Needs bf16, int8 or int4 projections (fp8 has no fused form) and a shape the pairing takes;
+  // KILN_FUSED_DECODE=0 (or the option) turns it off, for comparison: the results are the same bits.
   // Decided once, when the weights are in place (both constructors call decide_fused_decode).
   bool use_fused_decode = false;
   bool fused_decode_ok() const { return use_fused_decode; }
@@ -338,8 +345,11 @@ struct CudaBackend::Impl {
     use_fused_decode = opt.fused_decode && env_switch_on("KILN_FUSED_DECODE") && c.intermediate_size % 8 == 0 &&
                        c.hidden_size % 8 == 0 &&
                        cuda::gemv_rope_kv_fusable(c.rope.rot_dim, int(c.head_dim), c.hidden_size);
+    auto fusable = [](const cuda::DeviceWeight& w) {
+      return w.format == QuantFormat::none || cuda::qgemv_fusable(w.view());
+    };
     for (const cuda_backend::DeviceLayer& d : layers)
-      use_fused_decode = use_fused_decode && d.w_qkv.format == QuantFormat::none && d.w_gu.format == QuantFormat::none;
+      use_fused_decode = use_fused_decode && fusable(d.w_qkv) && fusable(d.w_gu);
   }
   // Where the fused qkv GEMV puts K/V and reads the position (set: the layers run fused).
   struct FusedDecode {
@@ -369,10 +379,14 @@ struct CudaBackend::Impl {
         const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
                                         c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
                                         int(c.n_kv_heads), int(c.head_dim), a.q, fused->kv_of(l)};
-        profile::Cost cost = profile::linear(1, qkv_dim(), H, 2);
+        profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv));
         cost += profile::rope_qkv(1, c);
-        op("qkv+rope.gemv", cost,
-           [&] { cuda::gemv_rope_kv(a.xn, L.w_qkv.bf16_data(), b_qkv, target, H, s()); });
+        op("qkv+rope.gemv", cost, [&] {
+          if (L.w_qkv.format == QuantFormat::none)
+            cuda::gemv_rope_kv(a.xn, L.w_qkv.bf16_data(), b_qkv, target, H, s());
+          else
+            cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s());
+        });
       } else {
         linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n);
       }
@@ -380,9 +394,14 @@ struct CudaBackend::Impl {
       linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
       if (fused) {
-        profile::Cost cost = profile::linear(1, 2 * I, H, 2);
+        profile::Cost cost = profile::linear(1, 2 * I, H, 2, weight_widths(L.w_gu));
         cost += profile::silu_mul(1, I);
-        op("gate_up+silu.gemv", cost, [&] { cuda::gemv_swiglu(a.xn, L.w_gu.bf16_data(), a.h, I, H, s()); });
+        op("gate_up+silu.gemv", cost, [&] {
+          if (L.w_gu.format == QuantFormat::none)
+            cuda::gemv_swiglu(a.xn, L.w_gu.bf16_data(), a.h, I, H, s());
+          else
+            cuda::qgemv_swiglu(a.xn, L.w_gu.view(), a.h, I, s());
+        });
       } else {
         linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n);
         op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });

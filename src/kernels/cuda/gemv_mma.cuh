@@ -27,8 +27,8 @@ struct StoreRows {
     hi0 = lo0 + 8;
   }
   template <int W, int NT>
-  __device__ __forceinline__ void finish(const float (&red)[W][16][8 * NT + 1], int64_t lo0, int64_t, int m_actual,
-                                         int64_t N) const {
+  __device__ __forceinline__ void finish(const float (&red)[W][16][8 * NT + 1], int /*warps: W*/, int64_t lo0, int64_t,
+                                         int m_actual, int64_t N) const {
     gemv_meet<W, NT>(
         red, lo0, m_actual, N, [&](int64_t n) { return bias ? __bfloat162float(bias[n]) : 0.0f; },
         [&](int m, int64_t n, float v) { store_out(y, mode, int64_t(m) * N + n, v); });
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     }
   }
   gemv_stash<W, NT>(red, warp, g, t, acc);
-  epi.template finish<W, NT>(red, lo0, hi0, m_actual, N);
+  epi.template finish<W, NT>(red, W, lo0, hi0, m_actual, N);
 }
 
 // Which main loop launch_gemv_mma runs: gemv.cu's v2 (plain: the default everywhere) or its v4

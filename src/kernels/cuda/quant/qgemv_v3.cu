@@ -30,8 +30,12 @@
 // if D super-chunks in flight cover the memory latency (16 warps x D KB per SM; D = 4: 64 KB).
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemv_fused.h"
+#include "kernels/cuda/gemv_pair_epilogue.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -126,13 +130,41 @@ __host__ __device__ constexpr int64_t v3_row_stride(int64_t K) { return 2 * K + 
 
 constexpr int kV3MaxWarps = 8;
 
+// The plain epilogue (gemv_mma.cuh's StoreRows with the warp count at run time): tile b is rows
+// 16b .. 16b + 15 (loads past N clamped, stores masked), y = bias + the warps' partials in order.
+// The pairing epilogues of gemv_pair_epilogue.cuh sum in the same order, so the fused forms
+// (qgemv_rope_kv, qgemv_swiglu) give these bits.
+struct QStoreRows {
+  const bf16* bias;
+  void* y;
+  OutMode mode;
+  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
+    lo0 = 16 * b;
+    hi0 = lo0 + 8;
+  }
+  template <int WA, int NT>
+  __device__ __forceinline__ void finish(const float (&red)[WA][16][8 * NT + 1], int warps, int64_t lo0, int64_t,
+                                         int m_actual, int64_t N) const {
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * 8 * NT; i += warps * 32) {
+      const int r = i % 16, m = i / 16;
+      const int64_t n = lo0 + r;
+      if (m >= m_actual || n >= N) continue;
+      float v = bias ? __bfloat162float(bias[n]) : 0.0f;
+      for (int q = 0; q < warps; ++q) v += red[q][r][m];
+      store_out(y, mode, int64_t(m) * N + n, v);
+    }
+  }
+};
+
 // NT n-tiles of 8 activation rows; D super-chunks in flight per warp; XS: x staged in shared memory.
 // Blocks of 4 or 8 warps (blockDim.x), K split over them.
-template <QuantFormat F, int SM, int NT, int D, bool XS>
+// E: which rows a tile multiplies and what happens to its results (QStoreRows, or a pairing
+// epilogue of gemv_pair_epilogue.cuh).
+template <QuantFormat F, int SM, int NT, int D, bool XS, class E>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
-                    const bf16* __restrict__ bias, void* __restrict__ y, OutMode mode, int m_actual, int64_t N,
-                    int64_t K, int64_t group, int shift, int tiles_per_block) {
+                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int tiles_per_block) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -158,7 +190,9 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const uint4 *rq_wlo, *rq_whi;
   const float2 *rq_slo, *rq_shi;
   auto rows_of = [&](int tile) {
-    const int64_t r_lo = imin64(int64_t(tile) * 16 + g, N - 1), r_hi = imin64(int64_t(tile) * 16 + g + 8, N - 1);
+    int64_t lo0, hi0;
+    epi.rows(tile, lo0, hi0);
+    const int64_t r_lo = imin64(lo0 + g, N - 1), r_hi = imin64(hi0 + g, N - 1);
     rq_wlo = reinterpret_cast<const uint4*>(wq + r_lo * row_bytes) + t;
     rq_whi = reinterpret_cast<const uint4*>(wq + r_hi * row_bytes) + t;
     rq_slo = scales + r_lo * groups + (G32 ? t % Fm::NG : 0);
@@ -353,8 +387,8 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     }
   };
 
-  // A tile's partials meet in shared memory (as gemv_stash / gemv_meet, W at run time); every warp
-  // calls this once per tile, in order (warps with no super-chunks too).
+  // A tile's partials meet in shared memory (as gemv_stash, W at run time) and the epilogue takes
+  // them; every warp calls this once per tile, in order (warps with no super-chunks too).
   auto finish_tile = [&](int tile) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -363,16 +397,9 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
         acc[j][e] = 0.0f;
       }
-    __syncthreads();
-    const int64_t row0 = int64_t(tile) * 16;
-    for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
-      const int r = i % 16, m = i / 16;
-      const int64_t n = row0 + r;
-      if (m >= m_actual || n >= N) continue;
-      float v = bias ? __bfloat162float(bias[n]) : 0.0f;
-      for (int q = 0; q < W; ++q) v += red[q][r][m];
-      store_out(y, mode, int64_t(m) * N + n, v);
-    }
+    int64_t lo0, hi0;
+    epi.rows(tile, lo0, hi0);
+    epi.template finish<kV3MaxWarps, NT>(red, W, lo0, hi0, m_actual, N);  // starts with __syncthreads
     __syncthreads();
   };
 
@@ -406,11 +433,11 @@ constexpr int v3_depth() {
 // Shared-memory budget of one block: a grid of 4-warp blocks wants 4 per SM, of 8-warp blocks 2.
 constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
 
-template <QuantFormat F, int SM, int NT, bool XS>
-void launch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, int warps,
-               int64_t smem, int shift, int tiles_per_block, cudaStream_t stream) {
+template <QuantFormat F, int SM, int NT, bool XS, class E>
+void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, int64_t smem, int shift,
+               int tiles_per_block, cudaStream_t stream) {
   constexpr int D = v3_depth<NT, XS>();
-  auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS>;
+  auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E>;
   static bool configured = false;  // raise the dynamic shared-memory limit once per instantiation
   if (XS && !configured) {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBudget8)));
@@ -418,17 +445,27 @@ void launch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMo
   }
   const int64_t tiles = (w.rows + 15) / 16, blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
-                   x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), bias, y, mode,
-                   m, w.rows, w.cols, w.group, shift, tiles_per_block);
+                   x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
+                   w.cols, w.group, shift, tiles_per_block);
 }
 
+// The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.
+template <class E>
+constexpr bool kPlainEpilogue = std::is_same_v<E, QStoreRows>;
+
+// Shared memory of a block staging x: x sums per fold unit and the M activation rows.
 template <QuantFormat F, int SM, int NT>
-void dispatch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
-                 bool persist, int shift, cudaStream_t stream) {
-  const int64_t blocks = (w.rows + 15) / 16, K = w.cols;
-  const bool w8 = blocks <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
+int64_t v3_smem_bytes(int64_t K, int m) {
   constexpr int UNIT = SM == kG32 ? 32 : V3Format<F>::KS;
-  const int64_t smem = (K / UNIT) * 8 * NT * 4 + int64_t(m) * v3_row_stride(K);
+  return (K / UNIT) * 8 * NT * 4 + int64_t(m) * v3_row_stride(K);
+}
+
+template <QuantFormat F, int SM, int NT, class E>
+void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, int shift,
+                 cudaStream_t stream) {
+  const int64_t blocks = (w.rows + 15) / 16;
+  const bool w8 = blocks <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
+  const int64_t smem = v3_smem_bytes<F, SM, NT>(w.cols, m);
   const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
   // Tiles per block: at most one wave of blocks (4-warp blocks: 4 per SM; 8-warp: 2), so each block
   // stages x once and its stream runs through several tiles; persist = false: one tile per block.
@@ -436,36 +473,55 @@ void dispatch_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, Out
   // int8/int4 with one group per row keep one tile per block (their scales loaded once; measured
   // faster for int8 per channel); every other layout runs several.
   const int tpb = persist && SM != kRow ? int((blocks + slots - 1) / slots) : 1;
-  xs ? launch_v3<F, SM, NT, true>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, tpb, stream)
-     : launch_v3<F, SM, NT, false>(x, w, bias, y, mode, m, w8 ? 8 : 4, smem, shift, tpb, stream);
+  if (xs) {
+    launch_v3<F, SM, NT, true>(x, w, epi, m, w8 ? 8 : 4, smem, shift, tpb, stream);
+  } else if constexpr (kPlainEpilogue<E>) {
+    launch_v3<F, SM, NT, false>(x, w, epi, m, w8 ? 8 : 4, smem, shift, tpb, stream);
+  } else {
+    KILN_CUDA_REQUIRE(false, "fused qgemv: x does not fit shared memory (qgemv_fusable says so)");
+  }
 }
 
-template <QuantFormat F, int SM>
-void by_rows(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
-             bool persist, int shift, cudaStream_t stream) {
+template <QuantFormat F, int SM, class E>
+void by_rows(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, int shift,
+             cudaStream_t stream) {
   if (m <= 8)
-    dispatch_v3<F, SM, 1>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
-  else
-    dispatch_v3<F, SM, 2>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
+    dispatch_v3<F, SM, 1>(x, w, epi, m, allow_xs, persist, shift, stream);
+  else if constexpr (kPlainEpilogue<E>)
+    dispatch_v3<F, SM, 2>(x, w, epi, m, allow_xs, persist, shift, stream);
 }
 
+// The scale layout of w (kG32 / kRow / kShift with its shift), or false for groups that are neither
+// 32, K, nor a power-of-two number of super-chunks.
 template <QuantFormat F>
-bool by_scales(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
-               bool persist, cudaStream_t stream) {
-  if (w.group == 32) {
-    by_rows<F, kG32>(x, w, bias, y, mode, m, allow_xs, persist, 0, stream);
-    return true;
-  }
-  if (w.group == w.cols) {
-    by_rows<F, kRow>(x, w, bias, y, mode, m, allow_xs, persist, 0, stream);
-    return true;
-  }
+bool scale_mode(const QWeight& w, int& mode, int& shift) {
+  shift = 0;
+  if (w.group == 32) return mode = kG32, true;
+  if (w.group == w.cols) return mode = kRow, true;
   const int64_t per = w.group / V3Format<F>::KS;  // super-chunks per group (qweight_packable: whole)
-  if ((per & (per - 1)) != 0) return false;
-  int shift = 0;
+  if (per <= 0 || (per & (per - 1)) != 0) return false;
   while ((int64_t(1) << shift) < per) ++shift;
-  by_rows<F, kShift>(x, w, bias, y, mode, m, allow_xs, persist, shift, stream);
+  mode = kShift;
   return true;
+}
+
+template <QuantFormat F, class E>
+bool by_scales(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, cudaStream_t stream) {
+  int mode = 0, shift = 0;
+  if (!scale_mode<F>(w, mode, shift)) return false;
+  if (mode == kG32)
+    by_rows<F, kG32>(x, w, epi, m, allow_xs, persist, 0, stream);
+  else if (mode == kRow)
+    by_rows<F, kRow>(x, w, epi, m, allow_xs, persist, 0, stream);
+  else
+    by_rows<F, kShift>(x, w, epi, m, allow_xs, persist, shift, stream);
+  return true;
+}
+
+template <class E>
+bool by_format(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, cudaStream_t stream) {
+  if (w.format == QuantFormat::int4) return by_scales<QuantFormat::int4>(x, w, epi, m, allow_xs, persist, stream);
+  return by_scales<QuantFormat::int8>(x, w, epi, m, allow_xs, persist, stream);
 }
 
 }  // namespace
@@ -475,9 +531,35 @@ bool by_scales(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMo
 // and the all-ones x sums (version 4: the lab's evidence of what the staging buys).
 bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
               bool persist, cudaStream_t stream) {
-  if (w.format == QuantFormat::int4)
-    return by_scales<QuantFormat::int4>(x, w, bias, y, mode, m, allow_xs, persist, stream);
-  return by_scales<QuantFormat::int8>(x, w, bias, y, mode, m, allow_xs, persist, stream);
+  return by_format(x, w, QStoreRows{bias, y, mode}, m, allow_xs, persist, stream);
+}
+
+bool qgemv_fusable(const QWeight& w) {
+  if (w.format != QuantFormat::int8 && w.format != QuantFormat::int4) return false;
+  if (!qweight_packable(w.format, w.cols, w.group) || w.rows % 16 != 0) return false;
+  int mode = 0, shift = 0;
+  const bool int4 = w.format == QuantFormat::int4;
+  if (!(int4 ? scale_mode<QuantFormat::int4>(w, mode, shift) : scale_mode<QuantFormat::int8>(w, mode, shift)))
+    return false;
+  // x staged at M = 1 within a 4-warp block's budget (dispatch_v3 may pick 8-warp blocks: larger).
+  const int64_t unit = mode == kG32 ? 32 : int4 ? V3Format<QuantFormat::int4>::KS : V3Format<QuantFormat::int8>::KS;
+  return (w.cols / unit) * 8 * 4 + v3_row_stride(w.cols) <= kSmemBudget4;
+}
+
+void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(qgemv_fusable(w) && gemv_rope_kv_fusable(out.rot_dim, out.head_dim, w.cols),
+                    "qgemv_rope_kv: unsupported weight or shape");
+  KILN_CUDA_REQUIRE(w.rows == int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim, "qgemv_rope_kv: rows");
+  KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "qgemv_rope_kv: a paged pool is written by slot");
+  KILN_CUDA_REQUIRE(!out.kv.quantized(), "qgemv_rope_kv writes a bf16 cache");
+  by_format(x, w, RopeKvEpi{bias, out}, 1, true, true, stream);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(qgemv_fusable(w) && w.rows == 2 * inter && inter % 8 == 0, "qgemv_swiglu: unsupported weight");
+  by_format(x, w, SwiGluEpi{h, inter}, 1, true, true, stream);
+  KILN_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kiln::cuda

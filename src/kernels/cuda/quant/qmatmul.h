@@ -45,6 +45,7 @@
 //   Shapes off these multiples are not packed: the backend keeps such a matrix in bf16.
 #pragma once
 
+#include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/matmul.h"
 #include "model/quantized_matrix.h"
 
@@ -99,6 +100,13 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
 // process-wide, for the kernel lab and tests.
 void qgemv_set_version(int version);
 void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int64_t M, cudaStream_t stream);
+// The fused decode GEMVs (gemv_fused.h) for int8 / int4 weights, M = 1: qgemv v3 with the pairing
+// epilogues, the unfused path's bits (qgemv, then rope_qkv or silu_mul). qgemv_fusable: the format
+// and group take v3, rows % 16 == 0, x fits shared memory. qgemv_rope_kv: w = [wq | wk | wv];
+// qgemv_swiglu: w = [w_gate | w_up] (2 inter rows).
+bool qgemv_fusable(const QWeight& w);
+void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream);
+void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream);
 // W -> bf16 (rows, cols) row-major: value = q * scale + min rounded to bf16 (int8/int4/fp8).
 void dequantize_to_bf16(const QWeight& w, bf16* dst, cudaStream_t stream);
 // Per-token fp8 quantization of x (M, K): xq (M, K) e4m3 bytes, xs (M) scales (0 for a zero row).

@@ -1,0 +1,108 @@
+// The pairing epilogues of the fused decode GEMVs (gemv_fused.h): which 16 weight rows a 16-row
+// tile multiplies (two runs of 8, so both values of a RoPE pair or a gate/up pair land in one warp)
+// and what happens to the tile's results. Shared by the bf16 GEMV (gemv_mma.cuh, gemv_fused.cu)
+// and the int8 / int4 GEMV (quant/qgemv_v3.cu), so both formats' fused forms compute the unfused
+// kernels' bits. An epilogue's finish starts with a __syncthreads (the per-warp partials in `red`
+// are complete) and leaves the caller to synchronize again before `red` is reused.
+#pragma once
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/gemv_fused.h"
+#include "kernels/cuda/pointwise_math.cuh"
+
+namespace kiln::cuda {
+
+// The pairing epilogues run on warp 0 only: with M = 1 and one n-tile, lane l holds output row
+// r = l % 16 of the block (activation row l / 16: only lanes 0..15 are real), so the partner of
+// row r in the other run of 8 is lane l ^ 8, an interleaved neighbour lane l ^ 1. The sum over the
+// W warps is gemv_meet's (bias first, then warps in order), so the values match the plain GEMV.
+template <int WA, int NT>
+__device__ __forceinline__ float warp0_result(const float (&red)[WA][16][8 * NT + 1], int warps, int r, int m,
+                                              float start) {
+  float v = start;
+#pragma unroll
+  for (int q = 0; q < WA; ++q)
+    if (q < warps) v += red[q][r][m];
+  return v;
+}
+
+// qkv: q and k heads' rotated runs paired (i, i + rot_dim / 2) for the rotate-half layout; every
+// other run (interleaved RoPE, the unrotated tail of a head, v) is 16 consecutive rows.
+struct RopeKvEpi {
+  const bf16* bias;
+  RopeKvTarget o;
+
+  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
+    const int64_t v0 = 16 * b, hd = o.head_dim;
+    lo0 = v0;
+    hi0 = v0 + 8;
+    if (o.interleaved || v0 >= int64_t(o.n_heads + o.n_kv_heads) * hd) return;
+    const int64_t h = v0 / hd, u0 = v0 - h * hd;
+    if (u0 >= o.rot_dim) return;
+    lo0 = h * hd + u0 / 2;  // run u0 / 16 of the first half
+    hi0 = lo0 + o.rot_dim / 2;
+  }
+
+  template <int WA, int NT>
+  __device__ __forceinline__ void finish(const float (&red)[WA][16][8 * NT + 1], int warps, int64_t lo0, int64_t hi0,
+                                         int m_actual, int64_t) const {
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const int lane = int(threadIdx.x), r = lane % 16, m = lane / 16;
+    const int64_t n = r < 8 ? lo0 + r : hi0 + r - 8;
+    // The unfused path stores the projection as bf16 and RoPE reads that back.
+    const float v = round_bf16(warp0_result<WA, NT>(red, warps, r, m, bias ? __bfloat162float(bias[n]) : 0.0f));
+    const float half_partner = __shfl_xor_sync(0xffffffffu, v, 8), pair_partner = __shfl_xor_sync(0xffffffffu, v, 1);
+    if (m >= m_actual) return;
+    const int64_t pos = o.position[0], hd = o.head_dim;
+    const int64_t qk_rows = int64_t(o.n_heads + o.n_kv_heads) * hd;
+    auto kv_at = [&](int64_t kvh) {  // the element offset of kv head kvh's vector of this token
+      return o.slot ? o.kv.slot_offset(o.slot[0], int(kvh)) : o.kv.offset_as<false>(0, pos, int(kvh));
+    };
+    if (n >= qk_rows) {  // v: into the cache as is
+      const int64_t j = n - qk_rows, kvh = j / hd;
+      o.kv.v[kv_at(kvh) + (j - kvh * hd)] = __float2bfloat16(v);
+      return;
+    }
+    const int64_t h = n / hd, u = n - h * hd;
+    float out = v;
+    if (u < o.rot_dim) {
+      const int half = o.rot_dim / 2;
+      const bool first = o.interleaved ? (u & 1) == 0 : u < half;  // a (x0) or b (x1) of the pair
+      const int i = o.interleaved ? int(u >> 1) : first ? int(u) : int(u) - half;
+      const float partner = o.interleaved ? pair_partner : half_partner;
+      float s, c;
+      rope_sincos_cached(o.cos_sin, o.cos_sin_positions, half, pos, i, o.inv_freq, s, c);
+      out = first ? rope_a(v, partner, s, c) : rope_b(partner, v, s, c);
+    }
+    if (h < o.n_heads)
+      o.q_out[n] = __float2bfloat16(out);
+    else
+      o.kv.k[kv_at(h - o.n_heads) + u] = __float2bfloat16(out);
+  }
+};
+
+// gate/up: block b multiplies gate rows 8b .. 8b + 7 and up rows inter + 8b .. + 7.
+struct SwiGluEpi {
+  bf16* h;
+  int64_t inter;
+
+  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
+    lo0 = 8 * b;
+    hi0 = inter + 8 * b;
+  }
+
+  template <int WA, int NT>
+  __device__ __forceinline__ void finish(const float (&red)[WA][16][8 * NT + 1], int warps, int64_t lo0, int64_t,
+                                         int m_actual, int64_t) const {
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const int lane = int(threadIdx.x), r = lane % 16, m = lane / 16;
+    const float v = round_bf16(warp0_result<WA, NT>(red, warps, r, m, 0.0f));  // gate (r < 8) or up
+    const float up = __shfl_xor_sync(0xffffffffu, v, 8);
+    if (m >= m_actual || r >= 8) return;
+    h[lo0 + r] = __float2bfloat16(silu_mul_value(v, up));
+  }
+};
+
+}  // namespace kiln::cuda
