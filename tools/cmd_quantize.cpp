@@ -194,11 +194,12 @@ void quantize(const QuantizeOptions& o) {
   }
   // --head on a model whose head is the embedding: a quantized copy becomes output.weight (the loader
   // then unties the head); the embedding itself stays as it was.
+  HostMatrix head;  // lives until the write: add_tensor keeps a view of its quantized bytes
   if (o.head && !in.find_tensor(kHeadName)) {
     const gguf::TensorInfo* e = in.find_tensor(kEmbedName);
     auto it = named.find(kEmbedName);
     KILN_CHECK(e && it != named.end(), invalid_model, "--head: the model has neither {} nor {}", kHeadName, kEmbedName);
-    HostMatrix head = *it->second;
+    head = *it->second;
     fmt::print(stderr, "[   +/{:4}] {:>36} - a copy of {} (tied head), ", n, kHeadName, kEmbedName);
     const uint64_t written = write_quantized(kHeadName, e->ne, head);
     fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB\n", converted_label(head), mib(written));
