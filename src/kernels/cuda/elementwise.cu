@@ -9,6 +9,7 @@
 #include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pointwise_math.cuh"
+#include "kernels/cuda/rmsnorm_row.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -33,11 +34,21 @@ __device__ float block_sum(float v, float* scratch /* 32 floats */) {
 }
 
 // One block per row. Two passes over x: the second re-reads it from L1/L2 (rows are <= 32 KB).
+// rmsnorm_row.cuh replays this kernel's reduction order for the int8 / int4 fused decode GEMVs,
+// which fold the norm into their prologue: change both together (a GPU test compares the bits).
 // Rows whose dim is a multiple of 4 (every model's) move x as float4 and w as 4 bf16 at a time:
 // the scalar version reached 1.6 TB/s at prefill (38% of copy; H200 profile of pp2048).
 __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ delta, const bf16* __restrict__ w,
                                bf16* __restrict__ out, int64_t dim, float eps) {
   __shared__ float scratch[32];
+  const bool vec = delta == nullptr && dim % 4 == 0;
+  // One float4 of the row per thread (dim <= 4 x 1024: every model's at decode): the thread's 4
+  // weights are a model weight, which no kernel of the step writes, so they are loaded before the
+  // wait and their HBM latency overlaps the kernel before this one instead of following the
+  // reduction; x is kept in registers for the second pass. Same arithmetic as the loops below.
+  const bool one_pass = vec && dim / 4 <= int64_t(blockDim.x);
+  uint2 w_own = make_uint2(0, 0);
+  if (one_pass && threadIdx.x < dim / 4) w_own = reinterpret_cast<const uint2*>(w)[threadIdx.x];
   // PDL (pdl.cuh): wait for the kernel that wrote x, then let the next one be scheduled while this
   // row is normalized. (Letting it be scheduled before the wait cost 13% of tg128: session 6.)
   pdl_wait();
@@ -45,7 +56,22 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
   float* xr = x + int64_t(blockIdx.x) * dim;
   bf16* o = out + int64_t(blockIdx.x) * dim;
   float ss = 0.0f;
-  const bool vec = delta == nullptr && dim % 4 == 0;
+  if (one_pass) {
+    const bool mine = threadIdx.x < dim / 4;
+    const float4 v = mine ? reinterpret_cast<const float4*>(xr)[threadIdx.x] : make_float4(0, 0, 0, 0);
+    ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    const float scale = rsqrtf(block_sum(ss, scratch) / float(dim) + eps);
+    if (!mine) return;
+    const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w_own.x));
+    const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w_own.y));
+    __nv_bfloat162 r01 = __floats2bfloat162_rn(v.x * scale * w01.x, v.y * scale * w01.y);
+    __nv_bfloat162 r23 = __floats2bfloat162_rn(v.z * scale * w23.x, v.w * scale * w23.y);
+    uint2 r;
+    r.x = *reinterpret_cast<uint32_t*>(&r01);
+    r.y = *reinterpret_cast<uint32_t*>(&r23);
+    reinterpret_cast<uint2*>(o)[threadIdx.x] = r;
+    return;
+  }
   if (vec) {
     const float4* x4 = reinterpret_cast<const float4*>(xr);
     for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
@@ -303,7 +329,7 @@ void embed_gather(const bf16* table, const int32_t* tokens, float* out, int64_t 
 void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_t rows, int64_t dim, float eps,
              cudaStream_t stream) {
   if (rows == 0) return;
-  int threads = dim >= 4096 ? 1024 : dim >= 1024 ? 512 : 128;
+  const int threads = rmsnorm_threads(dim);  // rmsnorm_row.cuh replays this block's reduction
   launch_pdl(rmsnorm_kernel, dim3(unsigned(rows)), dim3(threads), 0, stream, x, delta, weight, out, dim, eps);
   KILN_CUDA_CHECK_LAUNCH();
 }
