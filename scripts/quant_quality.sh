@@ -69,6 +69,8 @@ want int8-head && quantize int8-head int8 --head && ppl int8-head int8-head --kl
 want int4-g32-head && quantize int4-g32-head int4 --group 32 --head &&
   ppl int4-g32-head int4-g32-head --kl-base "$WORK/bf16.klb"
 want fp8-head && quantize fp8-head fp8 --head && ppl fp8-head fp8-head --kl-base "$WORK/bf16.klb"
+want int4-g32-head8 && quantize int4-g32-head8 int4 --group 32 --head-type int8 &&
+  ppl int4-g32-head8 int4-g32-head8 --kl-base "$WORK/bf16.klb"
 
 # 4. One JSON with every row, and the table.
 python3 - "$WORK" "$PKG" "$PKG_VERSION" "$CHUNKS" "$CTX" "${TAG:-}" <<'PY'
@@ -77,10 +79,11 @@ work, pkg, version, chunks, ctx, tag = pathlib.Path(sys.argv[1]), *sys.argv[2:]
 rows = []
 labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per channel)"),
           ("int4", "INT4 weights (g128/g64, RTN)"), ("int4-awq", "INT4 weights (g128/g64) + AWQ scales"),
-          ("int4-g32", "INT4 weights (g32, RTN)"), ("int8-head", "INT8 weights and head"),
-          ("int4-g32-head", "INT4 weights and head (g32, RTN)"), ("fp8-head", "FP8 E4M3 W8A8, head too"),
+          ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
-          ("kv-fp8", "BF16 weights, FP8 KV cache")]
+          ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),
+          ("int4-g32-head", "INT4 weights and head (g32, RTN)"),
+          ("int4-g32-head8", "INT4 weights (g32, RTN), INT8 head"), ("fp8-head", "FP8 E4M3 W8A8, head too")]
 for key, label in labels:
     f = work / f"{key}.json"
     if not f.exists():

@@ -25,7 +25,7 @@ namespace {
 struct BenchOptions {
   ModelOptions m;
   std::string random, json, quant;
-  bool quant_head = false;
+  std::string quant_head;
   std::vector<int> n_prompt = {512}, n_gen = {128};
   int reps = 5, depth = 0;
   // Reference figures measured on the H200 (GPU.md, docs/BENCHMARKS.md): cudaMemcpy copy
@@ -197,7 +197,7 @@ void add_bench_command(CLI::App& app) {
   add_kv_cache_option(cmd, o->m);
   cmd->add_option("--random", o->random, "Random bf16 weights of a named shape: llama3-8b, llama2-7b, qwen2.5-7b, mistral-7b, smollm2-135m");
   cmd->add_option("--quant", o->quant, "With --random: the projections as random int8, int4 or fp8 weights (default bf16)");
-  cmd->add_flag("--quant-head", o->quant_head, "With --quant: the output head in that format too (default: bf16)");
+  cmd->add_option("--quant-head", o->quant_head, "With --random: the output head as random int8, int4 or fp8 weights (default bf16)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "Generation lengths (tg tests)")->delimiter(',')->capture_default_str();
   cmd->add_option("-d,--depth", o->depth, "Tokens already in the KV cache before each test")->capture_default_str();

@@ -28,7 +28,7 @@ namespace {
 struct ProfileOptions {
   ModelOptions m;
   std::string random, json, svg, quant;
-  bool quant_head = false;
+  std::string quant_head;
   int batch = 1, context = 512, prefill = 0, steps = 10;
   bool calibrate = false;
 };
@@ -235,7 +235,7 @@ void add_profile_command(CLI::App& app) {
   add_model_options(cmd, o->m);
   cmd->add_option("--random", o->random, "Random bf16 weights of a named shape, e.g. llama3-8b");
   cmd->add_option("--quant", o->quant, "With --random: the projections as random int8, int4 or fp8 weights (default bf16)");
-  cmd->add_flag("--quant-head", o->quant_head, "With --quant: the output head in that format too (default: bf16)");
+  cmd->add_option("--quant-head", o->quant_head, "With --random: the output head as random int8, int4 or fp8 weights (default bf16)");
   cmd->add_option("-b,--batch", o->batch, "Sequences decoding together")->capture_default_str();
   cmd->add_option("-c,--context", o->context, "Tokens already cached per sequence")->capture_default_str();
   cmd->add_option("--prefill", o->prefill, "Profile one prefill of this many tokens instead of decode");

@@ -1,8 +1,10 @@
-// kiln quantize IN.gguf OUT.gguf --type int8|int4|fp8|bf16 [--head] [--calib FILE]: rewrites a GGUF
+// kiln quantize IN.gguf OUT.gguf --type int8|int4|fp8|bf16 [--head] [--head-type T] [--calib FILE]: rewrites a GGUF
 // with every linear weight (q, k, v, o, gate, up, down) in kiln's format, one progress line per
 // tensor as llama-quantize prints them; everything else (embeddings, norms, output head, tokenizer,
 // chat template and all other metadata) is kept. --head quantizes the output head too (a model
-// whose head is tied to the embedding gets a quantized copy as output.weight; the embedding stays). --type bf16 writes the weights (embeddings and head
+// whose head is tied to the embedding gets a quantized copy as output.weight; the embedding stays);
+// --head-type gives it a type of its own (an int4 model with an int8 head, as llama.cpp keeps the
+// head at 6 bits in its Q4_0 files). --type bf16 writes the weights (embeddings and head
 // included) rounded to bf16: the reference model the quality table measures the formats against.
 // --calib runs the AWQ-style scale search (src/quant/awq.h) for int4 on a calibration text.
 // Byte layouts and metadata keys: docs/QUANTIZATION.md.
@@ -29,7 +31,7 @@ namespace kiln::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string input, output, type, calib;
+  std::string input, output, type, calib, head_type;
   bool head = false;
   int32_t threads = 0;
   int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
@@ -107,8 +109,10 @@ void quantize(const QuantizeOptions& o) {
   const quant::TargetType target = quant::parse_target_type(o.type);
   KILN_CHECK(o.calib.empty() || target == quant::TargetType::int4, invalid_argument,
              "--calib (the AWQ scale search) applies to --type int4 only");
-  KILN_CHECK(!o.head || target != quant::TargetType::bf16, invalid_argument,
-             "--head applies to int8, int4 and fp8 (--type bf16 rounds the head already)");
+  // The head's type: --head-type, else --type (with --head).
+  const quant::TargetType head_target = o.head_type.empty() ? target : quant::parse_target_type(o.head_type);
+  KILN_CHECK(!o.head || head_target != quant::TargetType::bf16, invalid_argument,
+             "--head applies to int8, int4 and fp8 (bf16 rounds the head already)");
   KILN_CHECK(o.group >= 32 && o.group <= 4096 && (o.group & (o.group - 1)) == 0, invalid_argument,
              "--group must be a power of two from 32 to 4096, got {}", o.group);
   KILN_CHECK(fs::exists(o.input), io, "input '{}' does not exist", o.input);
@@ -131,14 +135,16 @@ void quantize(const QuantizeOptions& o) {
   out.set_u32(gguf::kQuantVersionKey, 1);
   out.set_bool(gguf::kQuantAwqKey, !o.calib.empty());
   out.set_bool(gguf::kQuantHeadKey, o.head);
+  if (o.head) out.set_string(gguf::kQuantHeadTypeKey, std::string(quant::target_name(head_target)));
   if (target == quant::TargetType::int4) out.set_u32(gguf::kQuantGroupKey, uint32_t(o.group));
   if (target == quant::TargetType::bf16) out.set_u32("general.file_type", 32);  // LLAMA_FTYPE_MOSTLY_BF16
   else out.erase("general.file_type");  // llama.cpp's enum has no value for kiln's types
 
   // m quantized (or rounded to bf16) in place and written as `name` (with its scales / mins); bytes written.
   auto write_quantized = [&](const std::string& name, const std::vector<uint64_t>& ne, HostMatrix& m) -> uint64_t {
-    quant::quantize_matrix(m, target, o.group);
-    if (target == quant::TargetType::bf16) {
+    const quant::TargetType to = name == kHeadName ? head_target : target;
+    quant::quantize_matrix(m, to, o.group);
+    if (to == quant::TargetType::bf16) {
       out.add_tensor(name, ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m.data));
       return m.data.size() * 2;
     }
@@ -154,7 +160,7 @@ void quantize(const QuantizeOptions& o) {
     return written;
   };
   auto converted_label = [&](const HostMatrix& m) {
-    return target == quant::TargetType::bf16 ? std::string("bf16") : type_label(kiln_type_of(m.quant.format));
+    return m.quant.format == QuantFormat::none ? std::string("bf16") : type_label(kiln_type_of(m.quant.format));
   };
 
   std::map<std::string, HostMatrix*> named = gguf::named_tensors(model.weights);
@@ -223,6 +229,8 @@ void add_quantize_command(CLI::App& app) {
       ->required();
   cmd->add_flag("--head", o->head,
                "Quantize the output head too (a tied head: a quantized copy of the embedding as output.weight)");
+  cmd->add_option("--head-type", o->head_type, "The head's type with --head: int8, int4 or fp8 (default: --type)")
+      ->check(CLI::IsMember({"int8", "int4", "fp8"}));
   cmd->add_option("--group", o->group, "int4: columns per scale (halved until it divides a row, down to 32)")
       ->capture_default_str();
   cmd->add_option("--calib", o->calib, "int4: a calibration text for the AWQ-style scale search");
@@ -230,7 +238,10 @@ void add_quantize_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--calib-ctx", o->calib_ctx, "Calibration window in tokens")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
-  cmd->callback([o] { quantize(*o); });
+  cmd->callback([o] {
+    o->head = o->head || !o->head_type.empty();  // --head-type implies --head
+    quantize(*o);
+  });
 }
 
 }  // namespace kiln::cli

@@ -108,30 +108,38 @@ std::unique_ptr<Backend> make_backend(const ModelOptions& options, LoadedModel& 
 }
 
 BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_shape, ThreadPool& pool,
-                              const std::string& random_quant, bool quant_head) {
+                              const std::string& random_quant, const std::string& head_quant) {
   BenchTarget t;
   KILN_CHECK(random_quant.empty() || !random_shape.empty(), invalid_argument, "--quant goes with --random");
-  KILN_CHECK(!quant_head || (!random_quant.empty() && random_quant != "bf16"), invalid_argument,
-             "--quant-head goes with --random and --quant int8|int4|fp8");
+  KILN_CHECK(head_quant.empty() || !random_shape.empty(), invalid_argument, "--quant-head goes with --random");
   if (!random_shape.empty()) {
     ModelConfig c = preset_config(random_shape);
+    auto format_of = [](const std::string& option, const std::string& name) {
+      const QuantFormat f = name == "int8"   ? QuantFormat::int8
+                            : name == "int4" ? QuantFormat::int4
+                            : name == "fp8"  ? QuantFormat::fp8
+                                             : QuantFormat::none;
+      KILN_CHECK(f != QuantFormat::none || name == "bf16", invalid_argument,
+                 "{} must be bf16, int8, int4 or fp8, got '{}'", option, name);
+      return f;
+    };
     const std::string qname = random_quant.empty() ? "bf16" : random_quant;
-    const QuantFormat quant = qname == "int8"   ? QuantFormat::int8
-                              : qname == "int4" ? QuantFormat::int4
-                              : qname == "fp8"  ? QuantFormat::fp8
-                                                : QuantFormat::none;
-    KILN_CHECK(quant != QuantFormat::none || qname == "bf16", invalid_argument,
-               "--quant must be bf16, int8, int4 or fp8, got '{}'", qname);
-    KILN_CHECK(!quant_head || !c.tied_embeddings, invalid_argument,
+    const QuantFormat quant = format_of("--quant", qname);
+    const QuantFormat head = format_of("--quant-head", head_quant.empty() ? "bf16" : head_quant);
+    KILN_CHECK(head == QuantFormat::none || !c.tied_embeddings, invalid_argument,
                "--quant-head: {} ties its head to the embedding (no separate head to quantize)", random_shape);
-    t.label = random_shape + " (random " + qname + (quant_head ? ", head too" : "") + ")";
+    t.label = random_shape + " (random " + qname + (head != QuantFormat::none ? ", head " + head_quant : "") + ")";
 #ifdef KILN_HAVE_CUDA
     KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");
     KILN_CHECK(cuda::cuda_device_count() > 0, unsupported, "--random needs a CUDA device");
-    auto b = CudaBackend::random(c, 1234, 0.02f, cuda_options(o), quant, quant_head);
-    if (quant != QuantFormat::none)
-      t.proj_weight_bytes = cuda::qweight_bytes_per_weight(quant, c.hidden_size, quant == QuantFormat::int4 ? 128 : c.hidden_size);
-    if (quant_head) t.head_weight_bytes = t.proj_weight_bytes;
+    auto b = CudaBackend::random(c, 1234, 0.02f, cuda_options(o), quant, head);
+    // Bytes a weight costs (data + scales) as random_weight lays the formats out: int4 in groups
+    // of 128, int8 and fp8 per channel.
+    auto bytes_per_weight = [&](QuantFormat f) {
+      return cuda::qweight_bytes_per_weight(f, c.hidden_size, f == QuantFormat::int4 ? 128 : c.hidden_size);
+    };
+    if (quant != QuantFormat::none) t.proj_weight_bytes = bytes_per_weight(quant);
+    if (head != QuantFormat::none) t.head_weight_bytes = bytes_per_weight(head);
     t.weight_bytes = double(b->weight_bytes());
     t.backend = std::move(b);
 #else

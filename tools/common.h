@@ -60,9 +60,10 @@ struct BenchTarget {
   double head_weight_bytes = 0;  // the same for the output head (--quant-head), 0: dense
 };
 // random_quant (with random_shape): "", "bf16", "int8", "int4" or "fp8" for the layers' projections;
-// quant_head: the output head in that format too (as llama.cpp's Q8_0 files have it).
+// head_quant: the same for the output head ("" or "bf16": bf16; llama.cpp's Q8_0 files have an
+// 8-bit head, its Q4_0 files a 6-bit one).
 BenchTarget open_bench_target(const ModelOptions& options, const std::string& random_shape, ThreadPool& pool,
-                              const std::string& random_quant = "", bool quant_head = false);
+                              const std::string& random_quant = "", const std::string& head_quant = "");
 
 // Token ids written as "1,2,3", "1 2 3" or "[1, 2, 3]"; kiln::Error(invalid_argument) naming
 // `what` for anything else.

@@ -146,12 +146,11 @@ TEST_P(GpuQuantBackend, LogitsAndTop1MatchCpu) {
   }
 }
 
-// The fused decode GEMVs with int8 / int4 weights (qgemv_rope_kv, qgemv_swiglu: the RMSNorm in
-// front in qgemv v3's prologue, RoPE with the K/V write or SwiGLU in its epilogue) against the
-// unfused rmsnorm + qgemv + rope_qkv / silu_mul: the same bits at every decode step, for full and
-// partial rotation (the unrotated tail passes through) and for hidden sizes whose rmsnorm blocks
-// differ (128 threads at 256, 1024 at 4096: the prologue replays either reduction). fp8 has no
-// fused form (the backend keeps it unfused).
+// The fused decode GEMVs with int8 / int4 weights (qgemv_rope_kv, qgemv_swiglu: RoPE with the K/V
+// write or SwiGLU in qgemv v3's epilogue) against the unfused qgemv + rope_qkv / silu_mul: the same
+// bits at every decode step, for full and partial rotation (the unrotated tail passes through) and
+// at hidden 4096 (the Llama shapes' K: 32 super-chunks a row, so more than one per warp). fp8 has
+// no fused form (the backend keeps it unfused).
 TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
   KILN_REQUIRE_GPU();
   const Variant v = GetParam();

@@ -256,7 +256,7 @@ CudaBackend::CudaBackend(ModelConfig config, const ModelWeights& w, CudaBackendO
 }
 
 std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint64_t seed, float scale,
-                                                 CudaBackendOptions options, QuantFormat quant, bool quant_head) {
+                                                 CudaBackendOptions options, QuantFormat quant, QuantFormat head_quant) {
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options, 0));
   Impl& m = *b->impl_;
   const ModelConfig& c = m.c;
@@ -274,7 +274,7 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
     return buf;
   };
   // A projection of `cols` inputs stacked from `parts` (stream id, rows), in the requested format
-  // (as `kiln quantize` does, the layers' projections; the head too with quant_head; the embedding stays).
+  // (as `kiln quantize` does, the layers' projections; the head in head_quant; the embedding stays).
   auto proj = [&](int64_t cols, std::initializer_list<std::pair<uint64_t, int64_t>> parts, QuantFormat f) {
     return cuda::random_weight(f, cols, parts, seed, scale, s);
   };
@@ -282,7 +282,7 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   m.embed = make({{embed, c.vocab_size * H}});
   m.final_norm = make({{final_norm, H}});
-  if (!c.tied_embeddings) m.lm_head = proj(H, {{lm_head, c.vocab_size}}, quant_head ? quant : QuantFormat::none);
+  if (!c.tied_embeddings) m.lm_head = proj(H, {{lm_head, c.vocab_size}}, head_quant);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     DeviceLayer d;
     d.attn_norm = make({{layer(l, attn_norm), H}});

@@ -60,11 +60,11 @@ class CudaBackend final : public Backend {
   // random_weights(config, seed, scale) on the host, for any size. quant != none: the layers'
   // projections (q/k/v, o, gate/up, down) are random packed weights of that format instead (int8 per
   // channel, int4 groups of 128, fp8 per channel; values of about +-scale), for speed runs; the
-  // embedding stays bf16, and so does the head unless quant_head (an untied head in `quant` too, as
-  // `kiln quantize --head` writes it and llama.cpp's Q8_0 files have it).
+  // embedding stays bf16, and the head (untied) takes head_quant (as `kiln quantize --head` writes
+  // it; llama.cpp's Q8_0 files have an 8-bit head).
   static std::unique_ptr<CudaBackend> random(const ModelConfig& config, uint64_t seed, float scale,
                                              CudaBackendOptions options = {}, QuantFormat quant = QuantFormat::none,
-                                             bool quant_head = false);
+                                             QuantFormat head_quant = QuantFormat::none);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }

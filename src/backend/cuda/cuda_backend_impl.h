@@ -371,31 +371,19 @@ struct CudaBackend::Impl {
                       const FusedDecode* fused = nullptr) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     op("embed", profile::embed(n, H), [&] { cuda::embed_gather(embed.data(), tokens, a.x, n, H, s()); });
-    // A fused int8 / int4 GEMV folds the RMSNorm in front of it into its prologue (qmatmul.h's
-    // QNormIn, the rmsnorm kernel's bits), so that norm is no kernel of its own. KILN_QGEMV_NORM=0
-    // keeps the rmsnorm kernel, for comparison.
-    static const bool fold_norms = env_switch_on("KILN_QGEMV_NORM");
-    auto folds_norm = [&](const cuda::DeviceWeight& w) { return fused && fold_norms && w.format != QuantFormat::none; };
-    auto rmsnorm_op = [&](const DeviceBuffer<bf16>& weight) {
-      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, weight.data(), a.xn, n, H, c.rms_eps, s()); });
-    };
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const cuda_backend::DeviceLayer& L = layers[size_t(l)];
       const bf16* b_qkv = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
-      const bool qkv_norm = fused && fused->qkv && folds_norm(L.w_qkv);
-      if (!qkv_norm) rmsnorm_op(L.attn_norm);
+      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.attn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
       if (fused && fused->qkv) {
         const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
                                         c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
                                         int(c.n_kv_heads), int(c.head_dim), a.q, fused->kv_of(l)};
         profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv));
         cost += profile::rope_qkv(1, c);
-        if (qkv_norm) cost += profile::rmsnorm(1, H);
-        op(qkv_norm ? "norm+qkv+rope.gemv" : "qkv+rope.gemv", cost, [&] {
+        op("qkv+rope.gemv", cost, [&] {
           if (L.w_qkv.format == QuantFormat::none)
             cuda::gemv_rope_kv(a.xn, L.w_qkv.bf16_data(), b_qkv, target, H, s());
-          else if (qkv_norm)
-            cuda::qgemv_rope_kv(nullptr, L.w_qkv.view(), b_qkv, target, s(), {a.x, L.attn_norm.data(), c.rms_eps});
           else
             cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s());
         });
@@ -404,17 +392,13 @@ struct CudaBackend::Impl {
       }
       attend(l);
       linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
-      const bool gu_norm = folds_norm(L.w_gu);
-      if (!gu_norm) rmsnorm_op(L.ffn_norm);
+      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
       if (fused) {
         profile::Cost cost = profile::linear(1, 2 * I, H, 2, weight_widths(L.w_gu));
         cost += profile::silu_mul(1, I);
-        if (gu_norm) cost += profile::rmsnorm(1, H);
-        op(gu_norm ? "norm+gate_up+silu.gemv" : "gate_up+silu.gemv", cost, [&] {
+        op("gate_up+silu.gemv", cost, [&] {
           if (L.w_gu.format == QuantFormat::none)
             cuda::gemv_swiglu(a.xn, L.w_gu.bf16_data(), a.h, I, H, s());
-          else if (gu_norm)
-            cuda::qgemv_swiglu(nullptr, L.w_gu.view(), a.h, I, s(), {a.x, L.ffn_norm.data(), c.rms_eps});
           else
             cuda::qgemv_swiglu(a.xn, L.w_gu.view(), a.h, I, s());
         });

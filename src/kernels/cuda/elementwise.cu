@@ -9,7 +9,6 @@
 #include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pointwise_math.cuh"
-#include "kernels/cuda/rmsnorm_row.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -34,8 +33,6 @@ __device__ float block_sum(float v, float* scratch /* 32 floats */) {
 }
 
 // One block per row. Two passes over x: the second re-reads it from L1/L2 (rows are <= 32 KB).
-// rmsnorm_row.cuh replays this kernel's reduction order for the int8 / int4 fused decode GEMVs,
-// which fold the norm into their prologue: change both together (a GPU test compares the bits).
 // Rows whose dim is a multiple of 4 (every model's) move x as float4 and w as 4 bf16 at a time:
 // the scalar version reached 1.6 TB/s at prefill (38% of copy; H200 profile of pp2048).
 __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ delta, const bf16* __restrict__ w,
@@ -329,7 +326,7 @@ void embed_gather(const bf16* table, const int32_t* tokens, float* out, int64_t 
 void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_t rows, int64_t dim, float eps,
              cudaStream_t stream) {
   if (rows == 0) return;
-  const int threads = rmsnorm_threads(dim);  // rmsnorm_row.cuh replays this block's reduction
+  const int threads = dim >= 4096 ? 1024 : dim >= 1024 ? 512 : 128;
   launch_pdl(rmsnorm_kernel, dim3(unsigned(rows)), dim3(threads), 0, stream, x, delta, weight, out, dim, eps);
   KILN_CUDA_CHECK_LAUNCH();
 }

@@ -22,6 +22,7 @@ inline constexpr const char* kQuantTypeKey = "kiln.quantization.type";        //
 inline constexpr const char* kQuantVersionKey = "kiln.quantization.version";  // u32, 1
 inline constexpr const char* kQuantAwqKey = "kiln.quantization.awq";          // bool
 inline constexpr const char* kQuantHeadKey = "kiln.quantization.head";        // bool: output.weight quantized too
+inline constexpr const char* kQuantHeadTypeKey = "kiln.quantization.head_type";  // string: its type
 inline constexpr const char* kQuantGroupKey = "kiln.quantization.group_size"; // u32, int4: --group
 
 bool is_kiln_type(uint32_t type_id);

@@ -41,7 +41,6 @@
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/rmsnorm_row.cuh"
 #include "kernels/cuda/quant/qmatmul.h"
 
 namespace kiln::cuda {
@@ -167,8 +166,7 @@ struct QStoreRows {
 template <QuantFormat F, int SM, int NT, int D, bool XS, class E>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
-                    E epi, QNormIn norm, int m_actual, int64_t N, int64_t K, int64_t group, int shift,
-                    int tiles_per_block) {
+                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int tiles_per_block) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -238,14 +236,8 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   pdl_launch_dependents();
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
-  // With norm.resid (XS, M = 1): x = RMSNorm(resid) * norm.w, computed here with rmsnorm_kernel's
-  // bits instead of read from its output (one kernel and one dependent launch less per norm).
-  bool normed = false;
-  float norm_scale = 0.0f;
-  if constexpr (XS) {
-    normed = norm.resid != nullptr;
-    if (normed) norm_scale = rms_scale_replayed(norm.resid, K, norm.eps, &red[0][0][0]);
-  }
+  // (Folding the RMSNorm in front into this prologue, every block normalizing the fp32 row itself,
+  // measured slower than the rmsnorm kernel: session 8, code in commit 1ae6b9f.)
   const int row_chunks = int(K / 8);  // 16-byte pieces of an activation row
   const int total = m_actual * row_chunks;
   const uint32_t xs_base = uint32_t(__cvta_generic_to_shared(smem));
@@ -259,9 +251,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int i = b0 + r * W * 32 + lane;
-        v[r] = i >= total ? make_uint4(0, 0, 0, 0)
-               : normed  ? rms_normalized_piece(norm.resid, norm.w, 8 * int64_t(i), norm_scale)  // M = 1: i = piece
-                         : ld_after_wait(reinterpret_cast<const uint4*>(x) + i);
+        v[r] = i < total ? ld_after_wait(reinterpret_cast<const uint4*>(x) + i) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -451,8 +441,8 @@ constexpr int v3_depth() {
 constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
 
 template <QuantFormat F, int SM, int NT, bool XS, class E>
-void launch_v3(const bf16* x, const QWeight& w, const E& epi, const QNormIn& norm, int m, int warps, int64_t smem,
-               int shift, int64_t blocks, cudaStream_t stream) {
+void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, int64_t smem, int shift,
+               int64_t blocks, cudaStream_t stream) {
   constexpr int D = v3_depth<NT, XS>();
   auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E>;
   static bool configured = false;  // raise the dynamic shared-memory limit once per instantiation
@@ -461,7 +451,7 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, const QNormIn& nor
     configured = true;
   }
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
-                   x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, norm, m, w.rows,
+                   x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
                    w.cols, w.group, shift, int(((w.rows + 15) / 16) / blocks));
 }
 
@@ -477,8 +467,8 @@ int64_t v3_smem_bytes(int64_t K, int m) {
 }
 
 template <QuantFormat F, int SM, int NT, class E>
-void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, const QNormIn& norm, int m, bool allow_xs,
-                 bool persist, int shift, cudaStream_t stream) {
+void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, int shift,
+                 cudaStream_t stream) {
   const int64_t tiles = (w.rows + 15) / 16;
   const bool w8 = tiles <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
   const int64_t smem = v3_smem_bytes<F, SM, NT>(w.cols, m);
@@ -499,21 +489,21 @@ void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, const QNormIn& n
     blocks = fill ? std::min(tiles, slots) : (tiles + per - 1) / per;
   }
   if (xs) {
-    launch_v3<F, SM, NT, true>(x, w, epi, norm, m, w8 ? 8 : 4, smem, shift, blocks, stream);
+    launch_v3<F, SM, NT, true>(x, w, epi, m, w8 ? 8 : 4, smem, shift, blocks, stream);
   } else if constexpr (kPlainEpilogue<E>) {
-    launch_v3<F, SM, NT, false>(x, w, epi, norm, m, w8 ? 8 : 4, smem, shift, blocks, stream);
+    launch_v3<F, SM, NT, false>(x, w, epi, m, w8 ? 8 : 4, smem, shift, blocks, stream);
   } else {
     KILN_CUDA_REQUIRE(false, "fused qgemv: x does not fit shared memory (qgemv_fusable says so)");
   }
 }
 
 template <QuantFormat F, int SM, class E>
-void by_rows(const bf16* x, const QWeight& w, const E& epi, const QNormIn& norm, int m, bool allow_xs, bool persist,
-             int shift, cudaStream_t stream) {
+void by_rows(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, int shift,
+             cudaStream_t stream) {
   if (m <= 8)
-    dispatch_v3<F, SM, 1>(x, w, epi, norm, m, allow_xs, persist, shift, stream);
+    dispatch_v3<F, SM, 1>(x, w, epi, m, allow_xs, persist, shift, stream);
   else if constexpr (kPlainEpilogue<E>)
-    dispatch_v3<F, SM, 2>(x, w, epi, norm, m, allow_xs, persist, shift, stream);
+    dispatch_v3<F, SM, 2>(x, w, epi, m, allow_xs, persist, shift, stream);
 }
 
 // The scale layout of w (kG32 / kRow / kShift with its shift), or false for groups that are neither
@@ -531,24 +521,22 @@ bool scale_mode(const QWeight& w, int& mode, int& shift) {
 }
 
 template <QuantFormat F, class E>
-bool by_scales(const bf16* x, const QWeight& w, const E& epi, const QNormIn& norm, int m, bool allow_xs, bool persist,
-               cudaStream_t stream) {
+bool by_scales(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, cudaStream_t stream) {
   int mode = 0, shift = 0;
   if (!scale_mode<F>(w, mode, shift)) return false;
   if (mode == kG32)
-    by_rows<F, kG32>(x, w, epi, norm, m, allow_xs, persist, 0, stream);
+    by_rows<F, kG32>(x, w, epi, m, allow_xs, persist, 0, stream);
   else if (mode == kRow)
-    by_rows<F, kRow>(x, w, epi, norm, m, allow_xs, persist, 0, stream);
+    by_rows<F, kRow>(x, w, epi, m, allow_xs, persist, 0, stream);
   else
-    by_rows<F, kShift>(x, w, epi, norm, m, allow_xs, persist, shift, stream);
+    by_rows<F, kShift>(x, w, epi, m, allow_xs, persist, shift, stream);
   return true;
 }
 
 template <class E>
-bool by_format(const bf16* x, const QWeight& w, const E& epi, const QNormIn& norm, int m, bool allow_xs, bool persist,
-               cudaStream_t stream) {
-  if (w.format == QuantFormat::int4) return by_scales<QuantFormat::int4>(x, w, epi, norm, m, allow_xs, persist, stream);
-  return by_scales<QuantFormat::int8>(x, w, epi, norm, m, allow_xs, persist, stream);
+bool by_format(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, cudaStream_t stream) {
+  if (w.format == QuantFormat::int4) return by_scales<QuantFormat::int4>(x, w, epi, m, allow_xs, persist, stream);
+  return by_scales<QuantFormat::int8>(x, w, epi, m, allow_xs, persist, stream);
 }
 
 }  // namespace
@@ -558,7 +546,7 @@ bool by_format(const bf16* x, const QWeight& w, const E& epi, const QNormIn& nor
 // and the all-ones x sums (version 4: the lab's evidence of what the staging buys).
 bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
               bool persist, cudaStream_t stream) {
-  return by_format(x, w, QStoreRows{bias, y, mode}, QNormIn{}, m, allow_xs, persist, stream);
+  return by_format(x, w, QStoreRows{bias, y, mode}, m, allow_xs, persist, stream);
 }
 
 bool qgemv_fusable(const QWeight& w) {
@@ -573,22 +561,19 @@ bool qgemv_fusable(const QWeight& w) {
   return (w.cols / unit) * 8 * 4 + v3_row_stride(w.cols) <= kSmemBudget4;
 }
 
-void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream,
-                   const QNormIn& norm) {
+void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w) && gemv_rope_kv_fusable(out.rot_dim, out.head_dim, w.cols),
                     "qgemv_rope_kv: unsupported weight or shape");
   KILN_CUDA_REQUIRE(w.rows == int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim, "qgemv_rope_kv: rows");
   KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "qgemv_rope_kv: a paged pool is written by slot");
   KILN_CUDA_REQUIRE(!out.kv.quantized(), "qgemv_rope_kv writes a bf16 cache");
-  KILN_CUDA_REQUIRE(x || norm.resid, "qgemv_rope_kv: no input");
-  by_format(x, w, RopeKvEpi{bias, out}, norm, 1, true, true, stream);
+  by_format(x, w, RopeKvEpi{bias, out}, 1, true, true, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream, const QNormIn& norm) {
+void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w) && w.rows == 2 * inter && inter % 8 == 0, "qgemv_swiglu: unsupported weight");
-  KILN_CUDA_REQUIRE(x || norm.resid, "qgemv_swiglu: no input");
-  by_format(x, w, SwiGluEpi{h, inter}, norm, 1, true, true, stream);
+  by_format(x, w, SwiGluEpi{h, inter}, 1, true, true, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

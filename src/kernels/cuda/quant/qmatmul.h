@@ -104,19 +104,9 @@ void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode m
 // epilogues, the unfused path's bits (qgemv, then rope_qkv or silu_mul). qgemv_fusable: the format
 // and group take v3, rows % 16 == 0, x fits shared memory. qgemv_rope_kv: w = [wq | wk | wv];
 // qgemv_swiglu: w = [w_gate | w_up] (2 inter rows).
-// norm (resid set): the RMSNorm in front folded into the prologue, x = rmsnorm(resid, w, eps) with
-// rmsnorm()'s bits (rmsnorm_row.cuh) and the x argument ignored; each block normalizes the row
-// itself, so the rmsnorm kernel and its launch are gone from the step.
-struct QNormIn {
-  const float* resid = nullptr;  // (K) fp32, written by the kernel before (16-byte aligned)
-  const bf16* w = nullptr;       // (K) the norm's weight
-  float eps = 0.0f;
-};
 bool qgemv_fusable(const QWeight& w);
-void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream,
-                   const QNormIn& norm = {});
-void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream,
-                  const QNormIn& norm = {});
+void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream);
+void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream);
 // W -> bf16 (rows, cols) row-major: value = q * scale + min rounded to bf16 (int8/int4/fp8).
 void dequantize_to_bf16(const QWeight& w, bf16* dst, cudaStream_t stream);
 // Per-token fp8 quantization of x (M, K): xq (M, K) e4m3 bytes, xs (M) scales (0 for a zero row).
