@@ -159,6 +159,14 @@ def main():
         v = bench_value(quant[q], "tg128")
         ratio = v / tg if v and tg else None
         rep.add(10, f"tg128 {q} / bf16", f">= {target}x", ratio, ratio is not None and ratio >= target, "x")
+    # The same with the head quantized too (gpu_suite.sh's --quant-head runs; llama.cpp's Q8_0 files
+    # carry an 8-bit head).
+    for q, h, target in (("int8", "int8", 1.8), ("int4", "int8", 3.2), ("int4", "int4", 3.2)):
+        v = bench_value(load(os.path.join(d, f"bench_{q}_head_{h}.json")), "tg128")
+        if v is None:
+            continue
+        ratio = v / tg if tg else None
+        rep.add(10, f"tg128 {q}, {h} head / bf16", f">= {target}x", ratio, ratio is not None and ratio >= target, "x")
     v = bench_value(quant["fp8"], "pp2048")
     ratio = v / pp if v and pp else None
     rep.add(10, "pp2048 fp8 / bf16", ">= 1.5x", ratio, ratio is not None and ratio >= 1.5, "x")

@@ -65,6 +65,13 @@ for q in int8 int4 fp8; do
   "$K" bench --random llama3-8b --quant $q -p 2048 -n 128 -r 3 --json "$OUT/bench_$q.json" >"$OUT/bench_$q.log" 2>&1 ||
     status=1
 done
+# The head quantized too (--quant-head): int8 layers with an int8 head (llama.cpp's Q8_0), int4 with
+# an int8 head (what `kiln quantize --head-type int8` writes) and with an int4 head.
+for qh in int8:int8 int4:int8 int4:int4; do
+  q=${qh%:*} h=${qh#*:}
+  "$K" bench --random llama3-8b --quant $q --quant-head $h -p 0 -n 128 -r 3 --json "$OUT/bench_${q}_head_$h.json" \
+    >"$OUT/bench_${q}_head_$h.log" 2>&1 || status=1
+done
 # Long context (issue #7): prefill of 16k tokens, decode with 32k tokens cached.
 "$K" bench --random llama3-8b -p 16384 -n 0 -r 2 --json "$OUT/bench_pp16384.json" >"$OUT/bench_pp16384.log" 2>&1 ||
   status=1
@@ -110,6 +117,9 @@ grep -h "sum of kernels" "$OUT"/profile_*.log 2>/dev/null
 grep -h "^Throughput" "$OUT/throughput.log" 2>/dev/null
 grep -hE "^\|\s+(pp|tg)" "$OUT/bench.log" 2>/dev/null
 for q in int8 int4 fp8; do grep -hE "^\|\s+(pp|tg)" "$OUT/bench_$q.log" 2>/dev/null | sed "s/^/$q /"; done
+for f in "$OUT"/bench_*_head_*.log; do
+  [ -f "$f" ] && grep -hE "^\|\s+tg" "$f" | sed "s/^/$(basename "$f" .log | sed 's/^bench_//') /"
+done
 echo "lab rc=$lab_rc; logs in $OUT"
 echo
 echo "== acceptance lines of the open issues, this run only"

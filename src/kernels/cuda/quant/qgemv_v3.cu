@@ -105,7 +105,8 @@ struct V3Format<QuantFormat::int8> {
 //   kG32:   groups of 32: lane t holds group t % NG of the super-chunk, the quad's other lanes get it
 //           by shuffles at the fold (4 registers per ring slot instead of 4 NG);
 //   kShift: group = KS << shift: group index sc >> shift;
-//   kRow:   one group per row (group = K): loaded once.
+//   kRow:   one group per row (group = K): loaded once when a block runs one tile, else with each
+//           super-chunk as kShift.
 enum ScaleMode { kG32 = 0, kShift = 1, kRow = 2 };
 
 // Lane (g, t)'s float2 from lane (g, u) of its quad.
@@ -474,12 +475,15 @@ void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allo
   const int64_t smem = v3_smem_bytes<F, SM, NT>(w.cols, m);
   const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
   // Blocks: at most one wave (4-warp blocks: 4 per SM; 8-warp: 2), so each block stages x once and
-  // its stream runs through several tiles; persist = false: one tile per block. int8/int4 with one
-  // group per row keep one tile per block (their scales loaded once; measured faster for int8 per
-  // channel); every other layout runs several.
+  // its stream runs through several tiles; persist = false: one tile per block.
   const int64_t slots = int64_t(gemv_sm_count()) * (w8 ? 2 : 4);
   int64_t blocks = tiles;
-  if (persist && SM != kRow) {
+  // One group per row (int8 per channel) runs several tiles a block too, its scales then carried
+  // with every super-chunk: with the tiles dealt evenly this beat one tile a block (session 8 run
+  // 5: int8 gate_up 37.6 vs 41.0 us, tg128 +4.3%; session 4's uneven grid measured it 8% slower).
+  // KILN_QGEMV_ROW_TILES=0: one tile a block, the scales loaded once, for comparison.
+  static const bool row_tiles = env_switch_on("KILN_QGEMV_ROW_TILES");
+  if (persist && (SM != kRow || row_tiles)) {
     // Fill every slot, the tiles dealt evenly (3 or 4 each for int4 gate_up: 1792 tiles over 528
     // blocks, 13-14 a SM). KILN_QGEMV_FILL_SLOTS=0: as many blocks as whole ceil(tiles / slots)
     // runs need (448 blocks of 4 for gate_up: 52 SMs then run 16 tiles and 80 SMs 12), the
