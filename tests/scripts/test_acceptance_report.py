@@ -59,3 +59,19 @@ def test_session7_gemm_line_and_the_gemvs_in_the_decode_step(tmp_path):
     assert step["qkv+rope.gemv (CUPTI)"]["measured"] == "90.6%"
     assert all(r["verdict"] == "-" for r in step.values())  # context, not an acceptance line
     assert rows["throughput 2048 x 128/128 output tok/s (max-num-seqs 2048)"]["measured"] == "17,036.9"
+
+
+def test_session8_quantized_heads(tmp_path):
+    rows, _ = run_report(tmp_path, prefix="2026-11-30_s8_final_")
+    assert rows["tg128 bf16 batch 1"]["measured"] == "248.5"
+    assert rows["tg128 int8 / bf16"]["measured"] == "1.36x"
+    heads = {line: r for line, r in rows.items() if " head / bf16" in line}
+    assert {line: r["measured"] for line, r in heads.items()} == {
+        "tg128 int8, int8 head / bf16": "1.41x", "tg128 int4, int8 head / bf16": "1.93x",
+        "tg128 int4, int4 head / bf16": "1.97x"}
+    assert all(r["verdict"] == "FAIL" for r in heads.values())
+
+
+def test_runs_without_head_benches_report_no_head_lines(tmp_path):
+    rows, _ = run_report(tmp_path, prefix="2026-11-30_s7_final_")
+    assert not [line for line in rows if " head / bf16" in line]
