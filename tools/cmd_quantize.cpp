@@ -136,7 +136,9 @@ void quantize(const QuantizeOptions& o) {
   out.set_bool(gguf::kQuantAwqKey, !o.calib.empty());
   out.set_bool(gguf::kQuantHeadKey, o.head);
   if (o.head) out.set_string(gguf::kQuantHeadTypeKey, std::string(quant::target_name(head_target)));
-  if (target == quant::TargetType::int4) out.set_u32(gguf::kQuantGroupKey, uint32_t(o.group));
+  else out.erase(gguf::kQuantHeadTypeKey);  // an input quantized with --head: its head is kept as it is
+  if (target == quant::TargetType::int4 || (o.head && head_target == quant::TargetType::int4))
+    out.set_u32(gguf::kQuantGroupKey, uint32_t(o.group));
   if (target == quant::TargetType::bf16) out.set_u32("general.file_type", 32);  // LLAMA_FTYPE_MOSTLY_BF16
   else out.erase("general.file_type");  // llama.cpp's enum has no value for kiln's types
 
@@ -164,6 +166,9 @@ void quantize(const QuantizeOptions& o) {
   };
 
   std::map<std::string, HostMatrix*> named = gguf::named_tensors(model.weights);
+  const bool copy_tied_head = o.head && !in.find_tensor(kHeadName);  // checked before any work is done
+  KILN_CHECK(!copy_tied_head || (in.find_tensor(kEmbedName) && named.count(kEmbedName)), invalid_model,
+             "--head: the model has neither {} nor {}", kHeadName, kEmbedName);
   const size_t n = in.tensors().size();
   uint64_t bytes_in = 0, bytes_out = 0;
   auto t0 = std::chrono::steady_clock::now();
@@ -201,11 +206,9 @@ void quantize(const QuantizeOptions& o) {
   // --head on a model whose head is the embedding: a quantized copy becomes output.weight (the loader
   // then unties the head); the embedding itself stays as it was.
   HostMatrix head;  // lives until the write: add_tensor keeps a view of its quantized bytes
-  if (o.head && !in.find_tensor(kHeadName)) {
+  if (copy_tied_head) {
     const gguf::TensorInfo* e = in.find_tensor(kEmbedName);
-    auto it = named.find(kEmbedName);
-    KILN_CHECK(e && it != named.end(), invalid_model, "--head: the model has neither {} nor {}", kHeadName, kEmbedName);
-    head = *it->second;
+    head = *named.at(kEmbedName);
     fmt::print(stderr, "[   +/{:4}] {:>36} - a copy of {} (tied head), ", n, kHeadName, kEmbedName);
     const uint64_t written = write_quantized(kHeadName, e->ne, head);
     fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB\n", converted_label(head), mib(written));

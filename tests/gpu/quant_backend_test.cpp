@@ -148,22 +148,29 @@ TEST_P(GpuQuantBackend, LogitsAndTop1MatchCpu) {
 
 // The fused decode GEMVs with int8 / int4 weights (qgemv_rope_kv, qgemv_swiglu: RoPE with the K/V
 // write or SwiGLU in qgemv v3's epilogue) against the unfused qgemv + rope_qkv / silu_mul: the same
-// bits at every decode step, for full and partial rotation (the unrotated tail passes through) and
-// at hidden 4096 (the Llama shapes' K: 32 super-chunks a row, so more than one per warp). fp8 has
-// no fused form (the backend keeps it unfused).
+// bits at every decode step (replayed from CUDA graphs, as in production; the last step profiled to
+// see the fused kernels ran), for full and partial rotation (the unrotated tail passes through),
+// interleaved RoPE with a qkv bias (Qwen2's), and at hidden 4096 (the Llama shapes' K: 32
+// super-chunks a row, so more than one per warp). fp8 has no fused form (the backend keeps it
+// unfused).
 TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
   KILN_REQUIRE_GPU();
   const Variant v = GetParam();
   if (v.format == QuantFormat::fp8) GTEST_SKIP() << "fp8 has no fused decode GEMVs";
   struct Case {
     int64_t hidden;
-    bool partial;
+    bool partial, interleaved_with_bias;
   };
-  for (const Case k : {Case{256, false}, Case{256, true}, Case{4096, false}}) {
-    SCOPED_TRACE(testing::Message() << "hidden " << k.hidden << (k.partial ? ", partial rotation" : ""));
+  for (const Case k : {Case{256, false, false}, Case{256, true, false}, Case{256, false, true}, Case{4096, false, false}}) {
+    SCOPED_TRACE(testing::Message() << "hidden " << k.hidden << (k.partial ? ", partial rotation" : "")
+                                    << (k.interleaved_with_bias ? ", interleaved RoPE, qkv bias" : ""));
     ModelConfig c = quant_config();
     c.hidden_size = k.hidden;
     if (k.partial) c.rope.rot_dim = 32;
+    if (k.interleaved_with_bias) {
+      c.rope.style = RopeStyle::interleaved;
+      c.qkv_bias = true;
+    }
     ModelWeights w = random_weights(c, 43, 0.08f);
     for (LayerWeights& L : w.layers)
       for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
@@ -171,7 +178,6 @@ TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
     CudaBackendOptions on, off;
     off.fused_decode = false;
     CudaBackend a(c, w, on), b(c, w, off);
-    a.set_profiling(true);
     auto sa = a.new_sequence(200), sb = b.new_sequence(200);
     auto p = prompt(70, c.vocab_size);  // past one 64-position attention tile
     std::vector<float> la, lb;
@@ -180,6 +186,7 @@ TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
     ASSERT_EQ(la, lb) << "prefill (never fused)";
     for (int step = 0; step < 10; ++step) {
       int32_t t = int32_t((step * 29 + 5) % c.vocab_size);
+      if (step == 9) a.set_profiling(true);  // graphs are bypassed while profiling
       a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
       b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
       ASSERT_EQ(la, lb) << "decode step " << step;

@@ -107,6 +107,23 @@ TEST(GpuQuant, GemvEveryRowCount) {
   cuda::qgemv_set_version(0);
 }
 
+// More 16-row tiles than v3 has block slots (N = 9000: 563 tiles, 528 slots of 4-warp blocks on an
+// H200), so blocks run one or two tiles dealt evenly; int8 per channel (one scale group a row)
+// carries its scales with every super-chunk then. Against v5 (one tile a block) and the reference.
+TEST(GpuQuant, GemvTilesDealtOverEverySlot) {
+  KILN_REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (int version : {0, 5}) {
+    cuda::qgemv_set_version(version);
+    SCOPED_TRACE(testing::Message() << "qgemv version " << version);
+    for (int64_t m : {1, 9})
+      for (Case c : {Case{QuantFormat::int8, m, 9000, 256, 256}, Case{QuantFormat::int8, m, 9000, 128, 32},
+                     Case{QuantFormat::int4, m, 9000, 256, 128}, Case{QuantFormat::int4, m, 9000, 256, 32}})
+        for (OutMode mode : kModes) check(c, mode, (m + int(mode)) % 2 == 0, seed++);
+  }
+  cuda::qgemv_set_version(0);
+}
+
 // M past the GEMV: 17 and 64 (16-row GEMV slices for int8/int4), 65 and 100 (dequantize + bf16
 // GEMM), and the fp8 wgmma GEMM (its 128x128 and 128x256 tiles: N = 4500 at M = 300 fills an H200).
 TEST(GpuQuant, PrefillRowCounts) {

@@ -282,6 +282,8 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   m.embed = make({{embed, c.vocab_size * H}});
   m.final_norm = make({{final_norm, H}});
+  KILN_CHECK(head_quant == QuantFormat::none || !c.tied_embeddings, invalid_argument,
+             "a quantized head needs an untied one: {} ties its head to the embedding", c.name);
   if (!c.tied_embeddings) m.lm_head = proj(H, {{lm_head, c.vocab_size}}, head_quant);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     DeviceLayer d;

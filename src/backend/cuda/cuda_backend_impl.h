@@ -309,9 +309,9 @@ struct CudaBackend::Impl {
   }
 
   // The cost model's widths for a product with weight w (bytes a weight element costs, scales included).
-  static profile::Widths weight_widths(const cuda::DeviceWeight& w) {
+  static profile::Widths weight_widths(const cuda::QWeight& w) {
     profile::Widths widths;
-    widths.weight = w.bytes_per_weight();
+    widths.weight = cuda::qweight_bytes_per_weight(w.format, w.cols, w.group);
     return widths;
   }
 
@@ -321,8 +321,7 @@ struct CudaBackend::Impl {
               const bf16* bias, void* out, OutMode mode, int64_t m) {
     std::string name = std::string(what) + (m <= cuda::kGemvMaxRows ? ".gemv" : ".gemm");
     double out_bytes = mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8;  // add_f32: read + write
-    profile::Widths widths;
-    widths.weight = cuda::qweight_bytes_per_weight(w.format, w.cols, w.group);
+    const profile::Widths widths = weight_widths(w);
     cuda::QScratch scratch;
     scratch.w = qscratch.size() ? qscratch.data() : nullptr;
     scratch.w_elems = int64_t(qscratch.size());
@@ -379,7 +378,7 @@ struct CudaBackend::Impl {
         const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
                                         c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
                                         int(c.n_kv_heads), int(c.head_dim), a.q, fused->kv_of(l)};
-        profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv));
+        profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv.view()));
         cost += profile::rope_qkv(1, c);
         op("qkv+rope.gemv", cost, [&] {
           if (L.w_qkv.format == QuantFormat::none)
@@ -394,7 +393,7 @@ struct CudaBackend::Impl {
       linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
       op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
       if (fused) {
-        profile::Cost cost = profile::linear(1, 2 * I, H, 2, weight_widths(L.w_gu));
+        profile::Cost cost = profile::linear(1, 2 * I, H, 2, weight_widths(L.w_gu.view()));
         cost += profile::silu_mul(1, I);
         op("gate_up+silu.gemv", cost, [&] {
           if (L.w_gu.format == QuantFormat::none)

@@ -32,6 +32,15 @@ __device__ float block_sum(float v, float* scratch /* 32 floats */) {
   return v;
 }
 
+// Four values of a row, x * scale * w, rounded to bf16 and packed (w: 4 bf16).
+__device__ __forceinline__ uint2 normalized4(const float4 v, const uint2 w, float scale) {
+  const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x));
+  const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
+  __nv_bfloat162 r01 = __floats2bfloat162_rn(v.x * scale * w01.x, v.y * scale * w01.y);
+  __nv_bfloat162 r23 = __floats2bfloat162_rn(v.z * scale * w23.x, v.w * scale * w23.y);
+  return make_uint2(*reinterpret_cast<uint32_t*>(&r01), *reinterpret_cast<uint32_t*>(&r23));
+}
+
 // One block per row. Two passes over x: the second re-reads it from L1/L2 (rows are <= 32 KB).
 // Rows whose dim is a multiple of 4 (every model's) move x as float4 and w as 4 bf16 at a time:
 // the scalar version reached 1.6 TB/s at prefill (38% of copy; H200 profile of pp2048).
@@ -39,10 +48,11 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
                                bf16* __restrict__ out, int64_t dim, float eps) {
   __shared__ float scratch[32];
   const bool vec = delta == nullptr && dim % 4 == 0;
-  // One float4 of the row per thread (dim <= 4 x 1024: every model's at decode): the thread's 4
-  // weights are a model weight, which no kernel of the step writes, so they are loaded before the
-  // wait and their HBM latency overlaps the kernel before this one instead of following the
-  // reduction; x is kept in registers for the second pass. Same arithmetic as the loops below.
+  // One float4 of the row per thread (rmsnorm() sizes the block so for rows of up to 4096 values,
+  // e.g. Llama-3-8B's, Qwen2.5-7B's 3584, SmolLM2's 576): the thread's 4 weights are a model weight, which no kernel of
+  // the step writes, so they are loaded before the wait and their HBM latency overlaps the kernel
+  // before this one instead of following the reduction; x is kept in registers for the second
+  // pass. Same arithmetic as the loops below.
   const bool one_pass = vec && dim / 4 <= int64_t(blockDim.x);
   uint2 w_own = make_uint2(0, 0);
   if (one_pass && threadIdx.x < dim / 4) w_own = reinterpret_cast<const uint2*>(w)[threadIdx.x];
@@ -59,14 +69,7 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
     ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     const float scale = rsqrtf(block_sum(ss, scratch) / float(dim) + eps);
     if (!mine) return;
-    const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w_own.x));
-    const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w_own.y));
-    __nv_bfloat162 r01 = __floats2bfloat162_rn(v.x * scale * w01.x, v.y * scale * w01.y);
-    __nv_bfloat162 r23 = __floats2bfloat162_rn(v.z * scale * w23.x, v.w * scale * w23.y);
-    uint2 r;
-    r.x = *reinterpret_cast<uint32_t*>(&r01);
-    r.y = *reinterpret_cast<uint32_t*>(&r23);
-    reinterpret_cast<uint2*>(o)[threadIdx.x] = r;
+    reinterpret_cast<uint2*>(o)[threadIdx.x] = normalized4(v, w_own, scale);
     return;
   }
   if (vec) {
@@ -91,16 +94,7 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
     const uint2* w4 = reinterpret_cast<const uint2*>(w);
     uint2* o4 = reinterpret_cast<uint2*>(o);
     for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
-      const float4 v = x4[i];
-      const uint2 wv = w4[i];
-      const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.x));
-      const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.y));
-      __nv_bfloat162 r01 = __floats2bfloat162_rn(v.x * scale * w01.x, v.y * scale * w01.y);
-      __nv_bfloat162 r23 = __floats2bfloat162_rn(v.z * scale * w23.x, v.w * scale * w23.y);
-      uint2 r;
-      r.x = *reinterpret_cast<uint32_t*>(&r01);
-      r.y = *reinterpret_cast<uint32_t*>(&r23);
-      o4[i] = r;
+      o4[i] = normalized4(x4[i], w4[i], scale);
     }
   } else {
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
@@ -326,7 +320,12 @@ void embed_gather(const bf16* table, const int32_t* tokens, float* out, int64_t 
 void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_t rows, int64_t dim, float eps,
              cudaStream_t stream) {
   if (rows == 0) return;
-  const int threads = dim >= 4096 ? 1024 : dim >= 1024 ? 512 : 128;
+  // One float4 a thread up to 4096 values (rmsnorm_kernel's one-pass path: the weights loaded before
+  // its wait), at least 4 warps; longer or odd rows loop.
+  const int threads = dim % 4 == 0 && dim <= 4096 ? int(std::max<int64_t>(128, (dim / 4 + 31) / 32 * 32))
+                      : dim >= 4096                ? 1024
+                      : dim >= 1024                ? 512
+                                                   : 128;
   launch_pdl(rmsnorm_kernel, dim3(unsigned(rows)), dim3(threads), 0, stream, x, delta, weight, out, dim, eps);
   KILN_CUDA_CHECK_LAUNCH();
 }

@@ -1,12 +1,12 @@
 // The fused decode GEMVs of gemv_fused.h for bf16 weights: gemv_mma.cuh's kernel with the pairing
-// epilogues of gemv_pair_epilogue.cuh (the int8 / int4 forms are in quant/qgemv_v3.cu).
+// epilogues of gemv_epilogues.cuh (the int8 / int4 forms are in quant/qgemv_v3.cu).
 #include "kernels/cuda/gemv_fused.h"
 
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/gemv_mma.cuh"
-#include "kernels/cuda/gemv_pair_epilogue.cuh"
+#include "kernels/cuda/gemv_epilogues.cuh"
 
 namespace kiln::cuda {
 

@@ -10,30 +10,12 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemv_epilogues.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace kiln::cuda {
-
-// The plain epilogue: block b owns rows 16b .. 16b + 15 (clamped loads past N, masked stores);
-// y = acc (+ bias) per OutMode.
-struct StoreRows {
-  const bf16* bias;
-  void* y;
-  OutMode mode;
-  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
-    lo0 = 16 * b;
-    hi0 = lo0 + 8;
-  }
-  template <int W, int NT>
-  __device__ __forceinline__ void finish(const float (&red)[W][16][8 * NT + 1], int /*warps: W*/, int64_t lo0, int64_t,
-                                         int m_actual, int64_t N) const {
-    gemv_meet<W, NT>(
-        red, lo0, m_actual, N, [&](int64_t n) { return bias ? __bfloat162float(bias[n]) : 0.0f; },
-        [&](int m, int64_t n, float v) { store_out(y, mode, int64_t(m) * N + n, v); });
-  }
-};
 
 // One step's weight fragments of lane (g, t): chunk groups u = 0..U-1 at chunks base + 4u of rows
 // lo0 + g and hi0 + g, zeros past the end of K (the loads that are all the kernel waits on).

@@ -24,18 +24,20 @@ __device__ __forceinline__ void gemv_stash(float (&red)[W][16][8 * NT + 1], int 
 
 // After every warp's gemv_stash: thread i sums (weight row i % 16, activation row i / 16) over the
 // warps in warp order onto start(n), consecutive threads taking consecutive n, and calls
-// finish(m, n, sum) for the outputs inside (m_actual, N).
+// finish(m, n, sum) for the outputs inside (m_actual, N). warps: the block's warps (<= W, the
+// array's; qgemv v3 picks 4 or 8 at run time).
 template <int W, int NT, class Start, class Finish>
 __device__ __forceinline__ void gemv_meet(const float (&red)[W][16][8 * NT + 1], int64_t row0, int m_actual,
-                                          int64_t N, Start&& start, Finish&& finish) {
+                                          int64_t N, Start&& start, Finish&& finish, int warps = W) {
   __syncthreads();
-  for (int i = threadIdx.x; i < 16 * 8 * NT; i += W * 32) {
+  for (int i = threadIdx.x; i < 16 * 8 * NT; i += warps * 32) {
     const int r = i % 16, m = i / 16;
     const int64_t n = row0 + r;
     if (m >= m_actual || n >= N) continue;
     float v = start(n);
 #pragma unroll
-    for (int q = 0; q < W; ++q) v += red[q][r][m];
+    for (int q = 0; q < W; ++q)
+      if (q < warps) v += red[q][r][m];
     finish(m, n, v);
   }
 }

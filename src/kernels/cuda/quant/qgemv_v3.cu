@@ -37,7 +37,7 @@
 #include "core/env.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_fused.h"
-#include "kernels/cuda/gemv_pair_epilogue.cuh"
+#include "kernels/cuda/gemv_epilogues.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -133,41 +133,14 @@ __host__ __device__ constexpr int64_t v3_row_stride(int64_t K) { return 2 * K + 
 
 constexpr int kV3MaxWarps = 8;
 
-// The plain epilogue (gemv_mma.cuh's StoreRows with the warp count at run time): tile b is rows
-// 16b .. 16b + 15 (loads past N clamped, stores masked), y = bias + the warps' partials in order.
-// The pairing epilogues of gemv_pair_epilogue.cuh sum in the same order, so the fused forms
-// (qgemv_rope_kv, qgemv_swiglu) give these bits.
-struct QStoreRows {
-  const bf16* bias;
-  void* y;
-  OutMode mode;
-  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
-    lo0 = 16 * b;
-    hi0 = lo0 + 8;
-  }
-  template <int WA, int NT>
-  __device__ __forceinline__ void finish(const float (&red)[WA][16][8 * NT + 1], int warps, int64_t lo0, int64_t,
-                                         int m_actual, int64_t N) const {
-    __syncthreads();
-    for (int i = threadIdx.x; i < 16 * 8 * NT; i += warps * 32) {
-      const int r = i % 16, m = i / 16;
-      const int64_t n = lo0 + r;
-      if (m >= m_actual || n >= N) continue;
-      float v = bias ? __bfloat162float(bias[n]) : 0.0f;
-      for (int q = 0; q < warps; ++q) v += red[q][r][m];
-      store_out(y, mode, int64_t(m) * N + n, v);
-    }
-  }
-};
-
 // NT n-tiles of 8 activation rows; D super-chunks in flight per warp; XS: x staged in shared memory.
 // Blocks of 4 or 8 warps (blockDim.x), K split over them.
-// E: which rows a tile multiplies and what happens to its results (QStoreRows, or a pairing
-// epilogue of gemv_pair_epilogue.cuh).
+// E: which rows a tile multiplies and what happens to its results (StoreRows, or a pairing
+// epilogue of gemv_epilogues.cuh).
 template <QuantFormat F, int SM, int NT, int D, bool XS, class E>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
-                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int tiles_per_block) {
+                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -183,7 +156,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const int n_tiles = int((N + 15) / 16);
   // Tiles are dealt evenly over the grid: n_tiles = grid x per + extra, the first `extra` blocks
   // run per + 1 (the host divides: a division here cost the M > 8 kernels register spills).
-  const int blk = int(blockIdx.x), per = tiles_per_block, extra = n_tiles - per * int(gridDim.x);
+  const int blk = int(blockIdx.x), per = base_tiles, extra = n_tiles - per * int(gridDim.x);
   const int tile0 = blk * per + min(blk, extra), tile1 = tile0 + per + (blk < extra ? 1 : 0);
   // This warp's super-chunks of every tile: [sc0, sc1), contiguous (its own 256-byte L2 fetches).
   const int sc0 = int(int64_t(warp) * n_sc / W), sc1 = int(int64_t(warp + 1) * n_sc / W);
@@ -458,7 +431,7 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.
 template <class E>
-constexpr bool kPlainEpilogue = std::is_same_v<E, QStoreRows>;
+constexpr bool kPlainEpilogue = std::is_same_v<E, StoreRows>;
 
 // Shared memory of a block staging x: x sums per fold unit and the M activation rows.
 template <QuantFormat F, int SM, int NT>
@@ -485,9 +458,9 @@ void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allo
   static const bool row_tiles = env_switch_on("KILN_QGEMV_ROW_TILES");
   if (persist && (SM != kRow || row_tiles)) {
     // Fill every slot, the tiles dealt evenly (3 or 4 each for int4 gate_up: 1792 tiles over 528
-    // blocks, 13-14 a SM). KILN_QGEMV_FILL_SLOTS=0: as many blocks as whole ceil(tiles / slots)
-    // runs need (448 blocks of 4 for gate_up: 52 SMs then run 16 tiles and 80 SMs 12), the
-    // session 4-7 grid, for comparison.
+    // blocks, 13-14 a SM). KILN_QGEMV_FILL_SLOTS=0: the block count of sessions 4-7, as many as
+    // runs of ceil(tiles / slots) tiles need (448 blocks of 4 for gate_up: 52 SMs then run 16
+    // tiles and 80 SMs 12), for comparison.
     static const bool fill = env_switch_on("KILN_QGEMV_FILL_SLOTS");
     const int64_t per = (tiles + slots - 1) / slots;
     blocks = fill ? std::min(tiles, slots) : (tiles + per - 1) / per;
@@ -508,6 +481,8 @@ void by_rows(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs
     dispatch_v3<F, SM, 1>(x, w, epi, m, allow_xs, persist, shift, stream);
   else if constexpr (kPlainEpilogue<E>)
     dispatch_v3<F, SM, 2>(x, w, epi, m, allow_xs, persist, shift, stream);
+  else
+    KILN_CUDA_REQUIRE(false, "fused qgemv: M = 1 only");
 }
 
 // The scale layout of w (kG32 / kRow / kShift with its shift), or false for groups that are neither
@@ -550,7 +525,7 @@ bool by_format(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_
 // and the all-ones x sums (version 4: the lab's evidence of what the staging buys).
 bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
               bool persist, cudaStream_t stream) {
-  return by_format(x, w, QStoreRows{bias, y, mode}, m, allow_xs, persist, stream);
+  return by_format(x, w, StoreRows{bias, y, mode}, m, allow_xs, persist, stream);
 }
 
 bool qgemv_fusable(const QWeight& w) {
@@ -561,8 +536,11 @@ bool qgemv_fusable(const QWeight& w) {
   if (!(int4 ? scale_mode<QuantFormat::int4>(w, mode, shift) : scale_mode<QuantFormat::int8>(w, mode, shift)))
     return false;
   // x staged at M = 1 within a 4-warp block's budget (dispatch_v3 may pick 8-warp blocks: larger).
-  const int64_t unit = mode == kG32 ? 32 : int4 ? V3Format<QuantFormat::int4>::KS : V3Format<QuantFormat::int8>::KS;
-  return (w.cols / unit) * 8 * 4 + v3_row_stride(w.cols) <= kSmemBudget4;
+  const int64_t smem = int4 ? (mode == kG32 ? v3_smem_bytes<QuantFormat::int4, kG32, 1>(w.cols, 1)
+                                            : v3_smem_bytes<QuantFormat::int4, kShift, 1>(w.cols, 1))
+                            : (mode == kG32 ? v3_smem_bytes<QuantFormat::int8, kG32, 1>(w.cols, 1)
+                                            : v3_smem_bytes<QuantFormat::int8, kShift, 1>(w.cols, 1));
+  return smem <= kSmemBudget4;
 }
 
 void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream) {
@@ -571,13 +549,13 @@ void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const Rope
   KILN_CUDA_REQUIRE(w.rows == int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim, "qgemv_rope_kv: rows");
   KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "qgemv_rope_kv: a paged pool is written by slot");
   KILN_CUDA_REQUIRE(!out.kv.quantized(), "qgemv_rope_kv writes a bf16 cache");
-  by_format(x, w, RopeKvEpi{bias, out}, 1, true, true, stream);
+  KILN_CUDA_REQUIRE(by_format(x, w, RopeKvEpi{bias, out}, 1, true, true, stream), "qgemv_rope_kv: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
 
 void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w) && w.rows == 2 * inter && inter % 8 == 0, "qgemv_swiglu: unsupported weight");
-  by_format(x, w, SwiGluEpi{h, inter}, 1, true, true, stream);
+  KILN_CUDA_REQUIRE(by_format(x, w, SwiGluEpi{h, inter}, 1, true, true, stream), "qgemv_swiglu: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -103,7 +103,8 @@ void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode m
 // The fused decode GEMVs (gemv_fused.h) for int8 / int4 weights, M = 1: qgemv v3 with the pairing
 // epilogues, the unfused path's bits (qgemv, then rope_qkv or silu_mul). qgemv_fusable: the format
 // and group take v3, rows % 16 == 0, x fits shared memory. qgemv_rope_kv: w = [wq | wk | wv];
-// qgemv_swiglu: w = [w_gate | w_up] (2 inter rows).
+// qgemv_swiglu: w = [w_gate | w_up] (2 inter rows). They always run v3 with x staged, so they
+// match the unfused path only under the default qgemv version (qgemv_set_version 0, 3 or 5).
 bool qgemv_fusable(const QWeight& w);
 void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream);
 void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream);

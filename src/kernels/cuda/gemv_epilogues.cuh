@@ -1,19 +1,42 @@
-// The pairing epilogues of the fused decode GEMVs (gemv_fused.h): which 16 weight rows a 16-row
-// tile multiplies (two runs of 8, so both values of a RoPE pair or a gate/up pair land in one warp)
-// and what happens to the tile's results. Shared by the bf16 GEMV (gemv_mma.cuh, gemv_fused.cu)
-// and the int8 / int4 GEMV (quant/qgemv_v3.cu), so both formats' fused forms compute the unfused
-// kernels' bits. An epilogue's finish starts with a __syncthreads (the per-warp partials in `red`
-// are complete) and leaves the caller to synchronize again before `red` is reused.
+// The ends of the tensor-core decode GEMVs: which 16 weight rows a 16-row tile multiplies (two runs
+// of 8, lo0 + 0..7 and hi0 + 0..7) and what happens to the tile's results. StoreRows is the plain
+// product; the pairing epilogues of the fused decode GEMVs (gemv_fused.h) choose the runs so both
+// values of a RoPE pair or a gate/up pair land in one warp. Shared by the bf16 GEMV (gemv_mma.cuh,
+// gemv_fused.cu) and the int8 / int4 GEMV (quant/qgemv_v3.cu); all sum bias and the warps'
+// partials in the same order, so each format's fused forms compute its unfused kernels' bits. An
+// epilogue's finish starts with a __syncthreads (the per-warp partials in `red` are complete) and
+// leaves the caller to synchronize again before `red` is reused.
 #pragma once
 
 #include "kernels/cuda/common.h"
+#include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_fused.h"
+#include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/pointwise_math.cuh"
 
 namespace kiln::cuda {
 
+// The plain epilogue: tile b is rows 16b .. 16b + 15 (clamped loads past N, masked stores);
+// y = acc (+ bias) per OutMode.
+struct StoreRows {
+  const bf16* bias;
+  void* y;
+  OutMode mode;
+  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
+    lo0 = 16 * b;
+    hi0 = lo0 + 8;
+  }
+  template <int WA, int NT>
+  __device__ __forceinline__ void finish(const float (&red)[WA][16][8 * NT + 1], int warps, int64_t lo0, int64_t,
+                                         int m_actual, int64_t N) const {
+    gemv_meet<WA, NT>(
+        red, lo0, m_actual, N, [&](int64_t n) { return bias ? __bfloat162float(bias[n]) : 0.0f; },
+        [&](int m, int64_t n, float v) { store_out(y, mode, int64_t(m) * N + n, v); }, warps);
+  }
+};
+
 // The pairing epilogues run on warp 0 only: with M = 1 and one n-tile, lane l holds output row
-// r = l % 16 of the block (activation row l / 16: only lanes 0..15 are real), so the partner of
+// r = l % 16 of the tile (activation row l / 16: only lanes 0..15 are real), so the partner of
 // row r in the other run of 8 is lane l ^ 8, an interleaved neighbour lane l ^ 1. The sum over the
 // W warps is gemv_meet's (bias first, then warps in order), so the values match the plain GEMV.
 template <int WA, int NT>
@@ -82,7 +105,7 @@ struct RopeKvEpi {
   }
 };
 
-// gate/up: block b multiplies gate rows 8b .. 8b + 7 and up rows inter + 8b .. + 7.
+// gate/up: tile b multiplies gate rows 8b .. 8b + 7 and up rows inter + 8b .. + 7.
 struct SwiGluEpi {
   bf16* h;
   int64_t inter;
