@@ -1,0 +1,45 @@
+"""`kiln quantize --head / --head-type` on the default model (CPU): the head of a model that ties it to
+its embedding becomes a quantized output.weight of its own, the file loads and generates, and bad
+combinations are refused with a message instead of a file. The first version of --head wrote freed
+memory when it copied a tied head and crashed at the write (session 8)."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+KILN = pathlib.Path(os.environ.get("KILN_BIN", ROOT / "build" / "tools" / "kiln"))
+
+
+def kiln(*args):
+    return subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def needs_kiln():
+    if not KILN.exists():
+        pytest.fail(f"{KILN} not found: build kiln first (scripts/build.sh)")
+    if not MODEL.exists():
+        pytest.fail(f"{MODEL} not found: run scripts/fetch_model.sh")
+
+
+def test_int4_layers_with_an_int8_head_load_and_generate(needs_kiln, tmp_path):
+    out = tmp_path / "int4_head8.gguf"
+    q = kiln("quantize", MODEL, out, "--type", "int4", "--group", "32", "--head-type", "int8", "-t", "2")
+    assert q.returncode == 0, q.stderr[-2000:]
+    copy = [line for line in q.stderr.splitlines() if " output.weight - " in line]
+    assert copy and "a copy of token_embd.weight (tied head)" in copy[0] and "kiln_int8" in copy[0]
+    run = kiln("run", "-m", out, "-p", "The capital of France is", "-n", "6", "--temp", "0", "-t", "2")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "generated" in run.stderr
+
+
+def test_bad_head_options_are_refused(needs_kiln, tmp_path):
+    out = tmp_path / "never.gguf"
+    bf16_head = kiln("quantize", MODEL, out, "--type", "int8", "--head-type", "bf16")
+    assert bf16_head.returncode != 0 and "--head-type" in bf16_head.stderr
+    rounded = kiln("quantize", MODEL, out, "--type", "bf16", "--head")
+    assert rounded.returncode != 0 and "--head applies to int8, int4 and fp8" in rounded.stderr
+    assert not out.exists()
