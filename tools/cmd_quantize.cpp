@@ -134,9 +134,13 @@ void quantize(const QuantizeOptions& o) {
   out.set_string(gguf::kQuantTypeKey, std::string(quant::target_name(target)));
   out.set_u32(gguf::kQuantVersionKey, 1);
   out.set_bool(gguf::kQuantAwqKey, !o.calib.empty());
-  out.set_bool(gguf::kQuantHeadKey, o.head);
+  // Without --head an input's head is kept as it is: still quantized if an earlier --head made it so
+  // (its head_type key then stays true too).
+  const gguf::TensorInfo* in_head = in.find_tensor(kHeadName);
+  const bool kept_quantized_head = !o.head && in_head && gguf::is_kiln_type(in_head->type);
+  out.set_bool(gguf::kQuantHeadKey, o.head || kept_quantized_head);
   if (o.head) out.set_string(gguf::kQuantHeadTypeKey, std::string(quant::target_name(head_target)));
-  else out.erase(gguf::kQuantHeadTypeKey);  // an input quantized with --head: its head is kept as it is
+  else if (!kept_quantized_head) out.erase(gguf::kQuantHeadTypeKey);
   if (target == quant::TargetType::int4 || (o.head && head_target == quant::TargetType::int4))
     out.set_u32(gguf::kQuantGroupKey, uint32_t(o.group));
   if (target == quant::TargetType::bf16) out.set_u32("general.file_type", 32);  // LLAMA_FTYPE_MOSTLY_BF16
