@@ -126,8 +126,6 @@ BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_s
     const std::string qname = random_quant.empty() ? "bf16" : random_quant;
     const QuantFormat quant = format_of("--quant", qname);
     const QuantFormat head = format_of("--quant-head", head_quant.empty() ? "bf16" : head_quant);
-    KILN_CHECK(head == QuantFormat::none || !c.tied_embeddings, invalid_argument,
-               "--quant-head: {} ties its head to the embedding (no separate head to quantize)", random_shape);
     t.label = random_shape + " (random " + qname + (head != QuantFormat::none ? ", head " + head_quant : "") + ")";
 #ifdef KILN_HAVE_CUDA
     KILN_CHECK(o.device != "cpu", invalid_argument, "--random runs on the GPU only");

@@ -49,10 +49,10 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
   __shared__ float scratch[32];
   const bool vec = delta == nullptr && dim % 4 == 0;
   // One float4 of the row per thread (rmsnorm() sizes the block so for rows of up to 4096 values,
-  // e.g. Llama-3-8B's, Qwen2.5-7B's 3584, SmolLM2's 576): the thread's 4 weights are a model weight, which no kernel of
-  // the step writes, so they are loaded before the wait and their HBM latency overlaps the kernel
-  // before this one instead of following the reduction; x is kept in registers for the second
-  // pass. Same arithmetic as the loops below.
+  // e.g. Llama-3-8B's, Qwen2.5-7B's 3584, SmolLM2's 576): the thread's 4 weights are a model
+  // weight, which no kernel of the step writes, so they are loaded before the wait and their HBM
+  // latency overlaps the kernel before this one instead of following the reduction; x is kept in
+  // registers for the second pass. Same arithmetic as the loops below.
   const bool one_pass = vec && dim / 4 <= int64_t(blockDim.x);
   uint2 w_own = make_uint2(0, 0);
   if (one_pass && threadIdx.x < dim / 4) w_own = reinterpret_cast<const uint2*>(w)[threadIdx.x];

@@ -14,12 +14,17 @@ bool gemv_rope_kv_fusable(int rot_dim, int head_dim, int64_t K) {
   return head_dim % 16 == 0 && rot_dim % 16 == 0 && rot_dim <= head_dim && K % 8 == 0;
 }
 
+int64_t require_rope_kv_target(const RopeKvTarget& out, int64_t K) {
+  KILN_CUDA_REQUIRE(gemv_rope_kv_fusable(out.rot_dim, out.head_dim, K), "fused qkv GEMV: unsupported shape");
+  KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "fused qkv GEMV: a paged pool is written by slot");
+  KILN_CUDA_REQUIRE(!out.kv.quantized(),
+                    "the fused qkv GEMV writes a bf16 cache (a quantized one: qkv GEMV + rope_qkv_quant)");
+  return int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim;
+}
+
 void gemv_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& out, int64_t K,
                   cudaStream_t stream) {
-  KILN_CUDA_REQUIRE(gemv_rope_kv_fusable(out.rot_dim, out.head_dim, K), "gemv_rope_kv: unsupported shape");
-  KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "gemv_rope_kv: a paged pool is written by slot");
-  KILN_CUDA_REQUIRE(!out.kv.quantized(), "gemv_rope_kv writes a bf16 cache (a quantized one: qkv GEMV + rope_qkv_quant)");
-  const int64_t N = int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim;
+  const int64_t N = require_rope_kv_target(out, K);
   launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }

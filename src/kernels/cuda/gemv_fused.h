@@ -37,6 +37,10 @@ struct RopeKvTarget {
 // Whether gemv_rope_kv takes this shape: head_dim and rot_dim multiples of 16 (a block's 16 rows
 // never straddle a head or the rotated part), K a multiple of 8.
 bool gemv_rope_kv_fusable(int rot_dim, int head_dim, int64_t K);
+// The fused qkv GEMV's checks of its target, bf16 and int8 / int4 alike: the shape above, K/V
+// written by slot into a paged pool, and a bf16 cache (KILN_CUDA_REQUIRE). Returns the
+// projection's rows, q_dim + 2 kv_dim.
+int64_t require_rope_kv_target(const RopeKvTarget& out, int64_t K);
 
 // x (K) bf16; w (q_dim + 2 kv_dim, K) = [wq | wk | wv] bf16, bias optional.
 void gemv_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& out, int64_t K,

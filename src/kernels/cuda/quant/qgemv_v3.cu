@@ -109,6 +109,13 @@ struct V3Format<QuantFormat::int8> {
 //           super-chunk as kShift.
 enum ScaleMode { kG32 = 0, kShift = 1, kRow = 2 };
 
+// k per fold unit (and per x sum): a group of 32, else a super-chunk (the kernel's UNIT, and the
+// host's shared-memory sizes).
+constexpr int v3_fold_unit(QuantFormat f, int scale_mode) {
+  return scale_mode == kG32 ? 32 : f == QuantFormat::int4 ? V3Format<QuantFormat::int4>::KS
+                                                          : V3Format<QuantFormat::int8>::KS;
+}
+
 // Lane (g, t)'s float2 from lane (g, u) of its quad.
 __device__ __forceinline__ float2 quad_shfl(float2 v, int u) {
   const int src = (threadIdx.x & 28) | u;
@@ -144,7 +151,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
-  constexpr int UNIT = G32 ? 32 : KS;  // k per fold (and per x sum)
+  constexpr int UNIT = v3_fold_unit(F, SM);  // k per fold (and per x sum)
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[kV3MaxWarps][16][8 * NT + 1];
   const int W = blockDim.x / 32;
@@ -434,10 +441,8 @@ template <class E>
 constexpr bool kPlainEpilogue = std::is_same_v<E, StoreRows>;
 
 // Shared memory of a block staging x: x sums per fold unit and the M activation rows.
-template <QuantFormat F, int SM, int NT>
-int64_t v3_smem_bytes(int64_t K, int m) {
-  constexpr int UNIT = SM == kG32 ? 32 : V3Format<F>::KS;
-  return (K / UNIT) * 8 * NT * 4 + int64_t(m) * v3_row_stride(K);
+int64_t v3_smem_bytes(int64_t K, int m, int nt, int unit) {
+  return (K / unit) * 8 * nt * 4 + int64_t(m) * v3_row_stride(K);
 }
 
 template <QuantFormat F, int SM, int NT, class E>
@@ -445,7 +450,7 @@ void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allo
                  cudaStream_t stream) {
   const int64_t tiles = (w.rows + 15) / 16;
   const bool w8 = tiles <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
-  const int64_t smem = v3_smem_bytes<F, SM, NT>(w.cols, m);
+  const int64_t smem = v3_smem_bytes(w.cols, m, NT, v3_fold_unit(F, SM));
   const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
   // Blocks: at most one wave (4-warp blocks: 4 per SM; 8-warp: 2), so each block stages x once and
   // its stream runs through several tiles; persist = false: one tile per block.
@@ -536,19 +541,13 @@ bool qgemv_fusable(const QWeight& w) {
   if (!(int4 ? scale_mode<QuantFormat::int4>(w, mode, shift) : scale_mode<QuantFormat::int8>(w, mode, shift)))
     return false;
   // x staged at M = 1 within a 4-warp block's budget (dispatch_v3 may pick 8-warp blocks: larger).
-  const int64_t smem = int4 ? (mode == kG32 ? v3_smem_bytes<QuantFormat::int4, kG32, 1>(w.cols, 1)
-                                            : v3_smem_bytes<QuantFormat::int4, kShift, 1>(w.cols, 1))
-                            : (mode == kG32 ? v3_smem_bytes<QuantFormat::int8, kG32, 1>(w.cols, 1)
-                                            : v3_smem_bytes<QuantFormat::int8, kShift, 1>(w.cols, 1));
-  return smem <= kSmemBudget4;
+  const int unit = v3_fold_unit(w.format, mode);
+  return v3_smem_bytes(w.cols, 1, 1, unit) <= kSmemBudget4;
 }
 
 void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream) {
-  KILN_CUDA_REQUIRE(qgemv_fusable(w) && gemv_rope_kv_fusable(out.rot_dim, out.head_dim, w.cols),
-                    "qgemv_rope_kv: unsupported weight or shape");
-  KILN_CUDA_REQUIRE(w.rows == int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim, "qgemv_rope_kv: rows");
-  KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "qgemv_rope_kv: a paged pool is written by slot");
-  KILN_CUDA_REQUIRE(!out.kv.quantized(), "qgemv_rope_kv writes a bf16 cache");
+  KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_rope_kv: unsupported weight");
+  KILN_CUDA_REQUIRE(w.rows == require_rope_kv_target(out, w.cols), "qgemv_rope_kv: rows");
   KILN_CUDA_REQUIRE(by_format(x, w, RopeKvEpi{bias, out}, 1, true, true, stream), "qgemv_rope_kv: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
