@@ -217,13 +217,15 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
 
 // The prefill GEMM table last (the device run's reply carries the end of the output): TFLOP/s of
 // every wgmma version and the default choice next to cuBLAS in the same run, and the ratios.
-// Columns: v4 .. v12 (v10 / v11: cooperative 128x224, register / TMA-store epilogue; v12: 128x256
-// split-K over a 2-CTA cluster), then the best version's ratio to cuBLAS ("best/cb") next to kiln's.
+// Columns: v4 .. v15 (v10 / v11: cooperative 128x224, register / TMA-store epilogue; v12: 128x256
+// split-K over a 2-CTA cluster; v13 / v14 / v15: 128x128 / 192 / 256 with W multicast over a 2-CTA
+// cluster), then the best version's ratio to cuBLAS ("best/cb") next to kiln's.
 void print_gemm_summary() {
-  constexpr int kCols = 11;  // v4 .. v12, kiln, cublas
-  const char* names[kCols] = {"v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "kiln", "cublas"};
+  constexpr int kCols = 14;  // v4 .. v15, kiln, cublas
+  const char* names[kCols] = {"v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15",
+                              "kiln", "cublas"};
   const char* heads[kCols] = {"v4", "v5", "v6 pp", "v7 c192", "v8 c256", "v9 c256t", "v10 c224", "v11 224t",
-                              "v12 sk2", "kiln", "cublas"};
+                              "v12 sk2", "v13 m128", "v14 m192", "v15 m256", "kiln", "cublas"};
   constexpr int kKiln = kCols - 2, kCublas = kCols - 1, kVersions = kKiln;  // columns of versions: 0 .. kKiln - 1
   std::printf("\n%-28s", "gemm (TFLOP/s)");
   for (int i = 0; i <= kCublas; ++i) std::printf(" %8s", heads[i]);
@@ -426,6 +428,9 @@ int main(int argc, char** argv) {
       g_gemm_first_version = 4;
       // v12 needs m_tiles x n_tiles clusters of 2 resident at once for one round (o M = 512: 64).
       std::printf("gemm v12: %d clusters of 2 CTAs resident at once\n", gemm_wgmma_cluster_max_active());
+      std::printf("gemm v13 / v14 / v15: %d / %d / %d clusters of 2 CTAs resident at once\n",
+                  gemm_wgmma_multicast_max_active(128), gemm_wgmma_multicast_max_active(192),
+                  gemm_wgmma_multicast_max_active(256));
       if (gemm_m > 0) {
         bench_matmul(copy_gbs, cublas, {gemm_m}, true);
       } else {

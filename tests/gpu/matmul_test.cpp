@@ -354,14 +354,14 @@ void check_splitk(const SplitCase& c, SplitWorkspace& sw, int version, int split
 // The wgmma GEMMs' add_f32 epilogue reads the residual in batches (epilogue_add.cuh); mode 3 is the
 // same add through the general loop (what KILN_GEMM_ADD_BATCHED=0 selects). Both must agree bit
 // for bit: the same sums in the same order. Whole blocks (o / down at M = 2048) and edge blocks
-// (M = 333, N = 4500), on every persistent configuration, v4 and v12.
+// (M = 333, N = 4500), on every persistent configuration, v4, v12 and v13-v15.
 TEST(GpuMatmul, GemmBatchedAddEpilogueIsBitIdentical) {
   KILN_REQUIRE_GPU();
   if (!gemm_version_testable(4)) GTEST_SKIP() << "the batched epilogue is in the wgmma GEMMs (sm_90a)";
   const cuda::OutMode serial = cuda::OutMode(3);
   for (Shape s : {Shape{2048, 4096, 4096}, Shape{2048, 4096, 1024}, Shape{333, 4500, 1000}}) {
     SplitCase c(s, s.m == 333, 81, /*with_ref=*/s.m == 333);
-    for (int v : {0, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+    for (int v : {0, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
       if (v > cuda::gemm_versions()) continue;
       SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " K=" << s.k << " v" << v);
       auto run = [&](cuda::OutMode mode) {
@@ -373,6 +373,43 @@ TEST(GpuMatmul, GemmBatchedAddEpilogueIsBitIdentical) {
       const std::vector<float> batched = run(cuda::OutMode::add_f32), general = run(serial);
       EXPECT_EQ(0, std::memcmp(batched.data(), general.data(), batched.size() * sizeof(float)));
       if (s.m == 333) expect_close(c, cuda::OutMode::add_f32, batched);
+    }
+  }
+}
+
+// v13 / v14 / v15 (v4's cooperative 128 x 128 / 192 / 256 tile, 2-CTA clusters multicasting the
+// W tile): M = 37 and 130 (one m tile: the partner CTA lies wholly past M; two: the second nearly
+// empty), 513 (an odd fifth tile paired with an empty one); N = 200 (rank 1's half of the B tile
+// partly or wholly past N), 4500 (many n tiles, the last ragged); K = 64 (one step), 1000, 4104
+// (the 4- to 6-stage ring wrapping, a ragged last step); every mode, bias on and off. Then the
+// M = 512 shapes they are for, bit for bit against the same tile without multicast (v4 runs
+// 128x128 on o at M = 512, v7 cooperative 128x192, v8 cooperative 128x256: the same wgmmas in the
+// same order, so a B half landing in the wrong place or a stage refilled early shows as a changed bit).
+TEST(GpuMatmul, GemmMulticastOddShapes) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(13)) GTEST_SKIP() << "gemm v13-v15 (wgmma) need an sm_90 device and an sm_90a build";
+  std::printf("[   INFO   ] gemm v13 / v14 / v15: %d / %d / %d clusters of 2 resident at once (0: runs v4)\n",
+              cuda::gemm_wgmma_multicast_max_active(128), cuda::gemm_wgmma_multicast_max_active(192),
+              cuda::gemm_wgmma_multicast_max_active(256));
+  for (int v : {13, 14, 15})
+    for (int64_t m : {37, 130, 513})
+      for (Shape s : {Shape{m, 200, 64}, Shape{m, 4500, 1000}, Shape{m, 200, 4104}})
+        for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 1, Path::gemm, v);
+  check_matmul(Shape{1100, 4500, 4104}, cuda::OutMode::add_f32, true, Path::gemm, 14);
+
+  const std::pair<int, int> twins[] = {{13, 4}, {14, 7}, {15, 8}};  // (multicast version, same tile without)
+  for (Shape s : {Shape{512, 4096, 4096}, Shape{512, 6144, 4096}}) {
+    SplitCase c(s, false, 123, /*with_ref=*/false);
+    for (auto [mc, plain] : twins) {
+      SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " v" << mc << " vs v" << plain);
+      if (plain == 4 && s.n != 4096) continue;  // v4 picks 128x128 tiles on o only (64 < 132 tiles of 128x256)
+      auto run = [&](int v) {
+        return run_out(c, cuda::OutMode::store_f32, [&](void* y) {
+          cuda::gemm_version(v, c.dx.data(), c.dw.data(), nullptr, y, cuda::OutMode::store_f32, s.m, s.n, s.k, nullptr);
+        });
+      };
+      const std::vector<float> a = run(mc), b = run(plain);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
     }
   }
 }

@@ -48,6 +48,11 @@
 //   run v2 and v12 runs v4 (else v2). Measured (run 3, TFLOP/s, cuBLAS in brackets): gate_up
 //   M=512 v10 665.7, v11 687.3 against v5's 679.1 (761.1); o M=512 v12 525.8 against v4's 588.0
 //   (659.5): none adopted.
+//   Session 9: v13 / v14 / v15 gemm_wgmma_multicast.cu, v4's cooperative 128x128 / 128x192 / 128x256
+//   tile run by 2-CTA clusters of adjacent M tiles that load half of their shared W tile each and
+//   multicast it (L2 -> SM bytes per K step -25% / -30% / -33%), for the one-round M = 512 shapes
+//   (o, qkv). Where clusters cannot run they run v4 (else v2). Measured (run 3): o 574 vs v4's 585,
+//   qkv 630 vs v5's 622 TFLOP/s (cuBLAS 666 / 696): the bytes were not the limit; not adopted.
 // Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
 // wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
 // a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.
@@ -427,7 +432,7 @@ static int gemm_default_version() {
   return v;
 }
 
-int gemm_versions() { return 12; }
+int gemm_versions() { return 15; }
 
 void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -445,6 +450,11 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
     version = 2;  // not sm_90a-capable here, or K / alignment it cannot take
   } else if (version == 12) {  // split-K over a 2-CTA cluster; else v4, else v2
     if (gemm_wgmma_cluster(x, w, bias, y, mode, M, N, K, stream)) return;
+    if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
+    version = 2;
+  } else if (version >= 13) {  // 2-CTA clusters multicasting W: 128x128 / 128x192 / 128x256; else v4, else v2
+    if (gemm_wgmma_multicast(version == 13 ? 128 : version == 14 ? 192 : 256, x, w, bias, y, mode, M, N, K, stream))
+      return;
     if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
     version = 2;
   } else if (version >= 5) {  // v5 auto, v6 / v7 / v8 / v9 / v10 / v11 its configs 1 .. 6

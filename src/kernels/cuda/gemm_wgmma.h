@@ -46,6 +46,15 @@ bool gemm_wgmma_cluster(const bf16* x, const bf16* w, const bf16* bias, void* y,
 // 0 where it cannot run. A one-round launch needs m_tiles x n_tiles of them.
 int gemm_wgmma_cluster_max_active();
 
+// gemm versions 13 / 14 / 15 (gemm_wgmma_multicast.cu): v4's cooperative 128 x bn tile (bn = 128 /
+// 192 / 256), run by 2-CTA clusters of adjacent M tiles that load one half each of their shared W
+// tile and multicast it to both. Returns false and launches nothing where it cannot run (as
+// gemm_wgmma, another bn, or no cluster of 2 of it fits on the device).
+bool gemm_wgmma_multicast(int bn, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
+                          int64_t N, int64_t K, cudaStream_t stream);
+// Clusters of 2 of the bn instantiation that can be resident at once; 0 where it cannot run.
+int gemm_wgmma_multicast_max_active(int bn);
+
 // Shared by the wgmma GEMM files: the shape / alignment limits (K % 8 == 0, 16-byte aligned x and W,
 // int coordinates), and the (rows, K) bf16 tensor map with (64, box_rows) boxes, 128-byte swizzle.
 bool wgmma_shape_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);

@@ -65,6 +65,26 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// tma_load_2d multicast to the CTAs of ctamask in this CTA's cluster (gemm_wgmma_multicast.cu):
+// the box lands at the same shared offset `dst` in each of them and completes `bar` (same offset)
+// in each, so every receiver's full barrier counts these bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int k,
+                                                      int row, uint16_t ctamask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar), "h"(ctamask)
+      : "memory");
+}
+// Arrive on the mbarrier at a shared::cluster address (mapa: this or another CTA of the cluster),
+// with mbarrier.arrive's default semantics, as CUTLASS's ClusterBarrier::arrive. Not
+// .release.cluster: the first build of gemm_wgmma_multicast.cu used it (and an acquire.cluster wait)
+// and ran 2.5x slower, cause not isolated. The hazard the arrival orders is the consumers' wgmma
+// reads of a stage (retired by wgmma.wait_group before the arrive) against the next TMA write.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+}
+
 // Matrix descriptor of a K-major tile with 128-byte rows in the 128B-swizzle layout (see header).
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr) {
   return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
@@ -113,6 +133,10 @@ __device__ __forceinline__ void st_cluster_v4(uint32_t addr, float a, float b, f
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
+// The two halves of cluster_sync, for work between them (gemm_wgmma_multicast.cu: the epilogue
+// runs between this CTA's arrive and its wait for the peer's).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 // D(64, BN) += A(64, 16) . B(BN, 16)^T, A and B from shared memory (K-major, 128B swizzle).
 template <int BN>
 __device__ __forceinline__ void wgmma_bn(float* d, uint64_t desc_a, uint64_t desc_b) {
