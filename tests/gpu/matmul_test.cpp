@@ -8,6 +8,7 @@
 
 #include "backend/cpu/ops.h"
 #include "gpu_test_util.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
 
@@ -412,6 +413,55 @@ TEST(GpuMatmul, GemmMulticastOddShapes) {
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
     }
   }
+}
+
+// The gate/up GEMM with SwiGLU in its epilogue (gemm_swiglu, prefill and batched decode on
+// Hopper) against the unfused path (the default GEMM into (M, 2I) gate|up rows, then silu_mul), bit
+// for bit: M = 17 (one m tile, batched decode), 300 (a consumer's 64 rows partly past M), 1100 (the
+// last tile's second consumer 12 rows), 2049 (one row in the last tile); I = 14336 (Llama-3-8B),
+// 1536 (SmolLM2); K = 1000, 520, 4104 (ragged last K steps). Shapes where the plan takes the
+// 128x256 configuration for the unfused (M, 2I) GEMM (elsewhere the fused kernel declines). Where
+// it must refuse (I % 128 != 0, M <= 16) it returns false; one shape is also checked on the CPU.
+TEST(GpuMatmul, GemmSwigluMatchesUnfused) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(5)) GTEST_SKIP() << "the fused gate/up GEMM is a wgmma kernel (sm_90a)";
+  struct Case {
+    int64_t m, inter, k;
+  };
+  for (Case cs : {Case{17, 14336, 1000}, Case{300, 14336, 520}, Case{1100, 14336, 4104}, Case{2049, 1536, 520}}) {
+    SCOPED_TRACE(testing::Message() << "M=" << cs.m << " I=" << cs.inter << " K=" << cs.k);
+    auto x = random_bf16_values(size_t(cs.m * cs.k), 31);
+    auto w = random_bf16_values(size_t(2 * cs.inter * cs.k), 32, 0.1f);
+    auto dx = to_device_bf16(x), dw = to_device_bf16(w);
+    DeviceBuffer<bf16> gu(size_t(cs.m * 2 * cs.inter)), h_ref(size_t(cs.m * cs.inter)), h(size_t(cs.m * cs.inter));
+    ASSERT_TRUE(cuda::gemm_swiglu_ok(dx.data(), dw.data(), h.data(), cs.m, cs.inter, cs.k));
+    cuda::gemm(dx.data(), dw.data(), nullptr, gu.data(), cuda::OutMode::store_bf16, cs.m, 2 * cs.inter, cs.k, nullptr);
+    cuda::silu_mul(gu.data(), h_ref.data(), cs.m, cs.inter, nullptr);
+    h.poison();
+    ASSERT_TRUE(cuda::gemm_swiglu(dx.data(), dw.data(), h.data(), cs.m, cs.inter, cs.k, nullptr));
+    cuda::cuda_synchronize();
+    const std::vector<float> a = from_device_bf16(h), b = from_device_bf16(h_ref);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    if (cs.m == 300) {  // and against the CPU: silu(x . Wg^T) * (x . Wu^T)
+      ThreadPool pool(int(std::max(2u, std::min(16u, std::thread::hardware_concurrency()))));
+      std::vector<float> ref(size_t(cs.m * 2 * cs.inter));
+      cpu::matmul(pool, x.data(), w.data(), nullptr, ref.data(), cs.m, 2 * cs.inter, cs.k);
+      double max_err = 0.0;
+      for (int64_t r = 0; r < cs.m; ++r)
+        for (int64_t c = 0; c < cs.inter; ++c) {
+          const float g = ref[size_t(r * 2 * cs.inter + c)], u = ref[size_t(r * 2 * cs.inter + cs.inter + c)];
+          const float want = g / (1.0f + std::exp(-g)) * u;
+          max_err = std::max(max_err, double(std::fabs(a[size_t(r * cs.inter + c)] - want)) / (1.0 + std::fabs(want)));
+        }
+      EXPECT_LT(max_err, 2e-2);
+    }
+  }
+  auto x = random_bf16_values(size_t(64 * 256), 33);
+  auto w = random_bf16_values(size_t(2 * 200 * 256), 34, 0.1f);
+  auto dx = to_device_bf16(x), dw = to_device_bf16(w);
+  DeviceBuffer<bf16> h(size_t(64 * 200));
+  EXPECT_FALSE(cuda::gemm_swiglu(dx.data(), dw.data(), h.data(), 64, 200, 256, nullptr));  // I % 128 != 0
+  EXPECT_FALSE(cuda::gemm_swiglu(dx.data(), dw.data(), h.data(), 16, 128, 256, nullptr));  // M <= 16: the GEMV's
 }
 
 TEST(GpuMatmul, SplitKOddShapes) {

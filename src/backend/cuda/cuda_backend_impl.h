@@ -20,6 +20,7 @@
 #include "backend/cuda/cupti_kernel_timer.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weight.h"
+#include "core/check.h"
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
@@ -400,6 +401,14 @@ struct CudaBackend::Impl {
             cuda::gemv_swiglu(a.xn, L.w_gu.bf16_data(), a.h, I, H, s());
           else
             cuda::qgemv_swiglu(a.xn, L.w_gu.view(), a.h, I, s());
+        });
+      } else if (L.w_gu.format == QuantFormat::none && cuda::gemm_swiglu_ok(a.xn, L.w_gu.bf16_data(), a.h, n, I, H)) {
+        // Prefill and batched decode on Hopper: SwiGLU in the gate/up GEMM's epilogue (the same
+        // bits; the (n, 2I) gate|up rows never go through memory). Output bytes: h, n x I bf16,
+        // i.e. 1 byte per column of the (n, 2I) product.
+        op("gate_up+silu.gemm", profile::linear(n, 2 * I, H, 1), [&] {
+          KILN_CHECK(cuda::gemm_swiglu(a.xn, L.w_gu.bf16_data(), a.h, n, I, H, s()), internal,
+                     "the fused gate/up GEMM refused operands it accepted");
         });
       } else {
         linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n);

@@ -470,6 +470,15 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+bool gemm_swiglu_ok(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, int64_t inter, int64_t K) {
+  static const bool on = env_switch_on("KILN_GEMM_SWIGLU");
+  return on && M > kGemvMaxRows && gemm_wgmma_swiglu_can_run(x, w_gu, h, M, inter, K);
+}
+
+bool gemm_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K, cudaStream_t stream) {
+  return gemm_swiglu_ok(x, w_gu, h, M, inter, K) && gemm_wgmma_swiglu(x, w_gu, h, M, inter, K, stream);
+}
+
 void gemm(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
           cudaStream_t stream) {
   gemm_version(0, x, w, bias, y, mode, M, N, K, stream);

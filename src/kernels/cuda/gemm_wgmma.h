@@ -55,6 +55,16 @@ bool gemm_wgmma_multicast(int bn, const bf16* x, const bf16* w, const bf16* bias
 // Clusters of 2 of the bn instantiation that can be resident at once; 0 where it cannot run.
 int gemm_wgmma_multicast_max_active(int bn);
 
+// h(M, inter) = silu(x . Wg^T) * (x . Wu^T), W = [Wg; Wu] the (2 inter, K) gate/up matrix: version 5's
+// 128x256 TMA-store configuration with the B tile loaded as 128 gate rows over the 128 matching up
+// rows, so each tile ends as 128 columns of h (gemm_wgmma_persistent.cu). The same bits as the
+// gate/up GEMM then silu_mul. can_run: sm_90a, the shape limits, inter % 128 == 0, h 16-byte
+// aligned, and the plan picks that configuration for the unfused (M, 2 inter) GEMM. The launch
+// returns false and launches nothing where can_run is false.
+bool gemm_wgmma_swiglu_can_run(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, int64_t inter, int64_t K);
+bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K,
+                       cudaStream_t stream);
+
 // Shared by the wgmma GEMM files: the shape / alignment limits (K % 8 == 0, 16-byte aligned x and W,
 // int coordinates), and the (rows, K) bf16 tensor map with (64, box_rows) boxes, 128-byte swizzle.
 bool wgmma_shape_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);

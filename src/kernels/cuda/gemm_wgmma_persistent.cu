@@ -65,6 +65,15 @@
 // Measured (session 7 run 3, same run as cuBLAS, gate_up M = 512): v10 665.7, v11 687.3 TFLOP/s
 // against v5's 679.1 and cuBLAS's 761.1: +1.2% at best, within the shape's run-to-run spread, so
 // plan() does not pick them (docs/performance/gemm.md, session 7).
+// Session 9: the SwiGLU configuration (gemm_wgmma_swiglu, PCfgCo256TSwiglu): config 4's 128x256
+// tiles with B loaded as 128 gate rows over the 128 matching up rows (two TMA boxes per stage), so a
+// consumer thread holds gate column j and up column j in accumulators d[4j + e] and d[4(j + 16) + e]
+// and writes silu(g) * u, 128 columns of h per tile, through the TMA-store epilogue: the (M, 2I)
+// gate|up rows never go to memory and the silu_mul kernel goes away (pp2048: 1.47 of 46.8 ms). It
+// runs where plan() picks config 4 for the unfused (M, 2I) product (Llama-3-8B: M >= 17 but the
+// M = 512 shapes), so the tiles and their order are the unfused GEMM's. First measured with IEEE
+// division in silu: the fused kernel 22.2 ms a pp2048 step against 20.9 + 1.47 unfused (the
+// consumers' epilogue math is on the tensor cores' critical path); with __fdividef 21.15 ms.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -73,6 +82,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/epilogue_add.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/pointwise_math.cuh"
 #include "kernels/cuda/wgmma_ptx.cuh"
 
 namespace kiln::cuda {
@@ -80,10 +90,14 @@ namespace {
 
 constexpr int P_BM = 128, P_BK = 64, P_THREADS = 384;  // 1 producer + 2 consumer warpgroups
 
-template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false>
+template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = false>
 struct PCfg {
   static constexpr int BN = BN_, STAGES = STAGES_;
   static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
+  // SwiGLU (gemm_wgmma_swiglu): the B tile is gate rows [n0, n0 + BN / 2) over up rows
+  // [I + n0, I + n0 + BN / 2), and the tile's output is silu(gate) * up, BN / 2 columns of h.
+  static constexpr bool SWIGLU = SWIGLU_;
+  enum : int { BN_OUT = SWIGLU ? BN / 2 : BN };  // output columns per tile (an enum: nvcc warns of unused static members)
   static constexpr int MH = PP ? 2 : 1;         // m64 row blocks per consumer per tile
   static constexpr int ACC = MH * BN / 2;       // fp32 accumulators per consumer thread
   static constexpr int kABytes = P_BM * P_BK * 2;  // (128, 64) bf16 = 16 KB
@@ -100,11 +114,13 @@ struct PCfg {
   static_assert(!TMA_EPI || (!PP && BN % BOX == 0), "TMA epilogue: cooperative, whole boxes");
   static_assert(kBBytes % 1024 == 0, "1024-byte aligned swizzle atoms");
   static_assert(kSmemBytes <= 227 * 1024, "opt-in shared memory per block");
+  static_assert(!SWIGLU || (TMA_EPI && BN == 256), "SwiGLU: the 128x256 TMA-store configuration only");
 };
 using PCfgPP128 = PCfg<128, 7, true>;     // 7 x 32 KB = 224 KB
 using PCfgCo192 = PCfg<192, 5, false>;    // 5 x 40 KB = 200 KB
 using PCfgCo256 = PCfg<256, 4, false>;    // 4 x 48 KB = 192 KB
 using PCfgCo256T = PCfg<256, 3, false, true>;  // 64 KB C staging + 3 x 48 KB = 208 KB
+using PCfgCo256TSwiglu = PCfg<256, 3, false, true, true>;  // as PCfgCo256T, gate | up halves, h out
 // Session 7 (gate_up M = 512: 512 tiles of 128x224 = 3.88 rounds on 132 SMs; see the note below).
 using PCfgCo224 = PCfg<224, 5, false>;          // 5 x 44 KB = 220 KB
 using PCfgCo224T = PCfg<224, 3, false, true>;   // 56 KB C staging + 3 x 44 KB = 188 KB (4 would be 232)
@@ -144,7 +160,10 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
       const int swz = BOX == 64 ? r % 8 : (r / 2) % 4;
       const uint32_t addr = sc + uint32_t(j / kChunks) * kBoxBytes + uint32_t(r) * (BOX * 2) +
                             uint32_t(((j % kChunks) ^ swz) * 16) + uint32_t(l % 4) * 4;
-      const __nv_bfloat162 v = __floats2bfloat162_rn(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1);
+      // Without a bias the values go out as they are (the SwiGLU epilogue's -0.0 stays -0.0, as in silu_mul).
+      const float v0 = bias ? d[4 * j + 2 * h] + b0 : d[4 * j + 2 * h];
+      const float v1 = bias ? d[4 * j + 2 * h + 1] + b1 : d[4 * j + 2 * h + 1];
+      const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
     }
   }
@@ -181,7 +200,9 @@ __global__ void __launch_bounds__(P_THREADS, 1)
   const uint32_t empty0 = full0 + STAGES * 8;        // STAGES x mbarrier
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int m_tiles = int((M + P_BM - 1) / P_BM);
-  const int tiles = m_tiles * int((N + BN - 1) / BN);  // < 2^31 (the host checks)
+  // SWIGLU: N is the output width I (a multiple of BN_OUT, the host checks); W has 2I rows.
+  constexpr int BN_OUT = C::BN_OUT;
+  const int tiles = m_tiles * int((N + BN_OUT - 1) / BN_OUT);  // < 2^31 (the host checks)
   const int k_steps = int((K + P_BK - 1) / P_BK);
   const int grid = int(gridDim.x);
 
@@ -202,13 +223,18 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
       uint32_t g = 0;
       for (int t = blockIdx.x; t < tiles; t += grid) {
-        const int m0 = (t % m_tiles) * P_BM, n0 = (t / m_tiles) * BN;
+        const int m0 = (t % m_tiles) * P_BM, n0 = (t / m_tiles) * BN_OUT;
         for (int kt = 0; kt < k_steps; ++kt, ++g) {
           const uint32_t s = g % STAGES, use = g / STAGES;
           mbar_wait(empty0 + 8 * s, (use & 1) ^ 1);  // the stage's previous use was released
           mbar_arrive_expect_tx(full0 + 8 * s, C::kStageBytes);
           tma_load_2d(sa0 + s * C::kABytes, &map_x, full0 + 8 * s, kt * P_BK, m0);  // (128, 64)
-          tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * P_BK, n0);  // (BN, 64)
+          if constexpr (C::SWIGLU) {  // (128, 64) of gate rows, then (128, 64) of the matching up rows
+            tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * P_BK, n0);
+            tma_load_2d(sb0 + s * C::kBBytes + C::kBBytes / 2, &map_w, full0 + 8 * s, kt * P_BK, int(N) + n0);
+          } else {
+            tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * P_BK, n0);  // (BN, 64)
+          }
         }
       }
     }
@@ -220,7 +246,7 @@ __global__ void __launch_bounds__(P_THREADS, 1)
     float acc[ACC];  // PP: (128, BN) as MH = 2 blocks of (64, BN); else (64, BN), rows [64c, 64c + 64)
     for (int j = j0; j < local_tiles; j += jstep) {
       const int t = int(blockIdx.x) + j * grid;
-      const int64_t m0 = int64_t(t % m_tiles) * P_BM, n0 = int64_t(t / m_tiles) * BN;
+      const int64_t m0 = int64_t(t % m_tiles) * P_BM, n0 = int64_t(t / m_tiles) * BN_OUT;
       const uint32_t g0 = uint32_t(j) * uint32_t(k_steps);
       // Ping-pong: wait until the other consumer has issued its tile j - 1 (see the header).
       if (C::PP && j > 0) named_bar_sync(c == 0 ? kBarToWg1 : kBarToWg2, 256);
@@ -248,7 +274,15 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       wgmma_wait<0>();
       fence_acc<ACC>(acc);
       if (tid == 0) mbar_arrive(empty0 + 8 * ((g0 + uint32_t(k_steps) - 1) % STAGES));
-      if constexpr (C::TMA_EPI) {
+      if constexpr (C::SWIGLU) {
+        // Thread columns j (gate, j < BN / 16) and j + BN / 16 (up) are the same h column: silu(g) * u
+        // in place over the gate half, each rounded to bf16 first as the unfused path stores them
+        // (gemm, then silu_mul): the same bits.
+#pragma unroll
+        for (int i = 0; i < ACC / 2; ++i) acc[i] = silu_mul_value(round_bf16(acc[i]), round_bf16(acc[i + ACC / 2]));
+        store_block_tma<BN_OUT, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0,
+                                        nullptr, M, N);
+      } else if constexpr (C::TMA_EPI) {
         store_block_tma<BN, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M, N);
       } else {
 #pragma unroll
@@ -290,7 +324,8 @@ int device_sms() {
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224>),
-                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224T>)});
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224T>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwiglu>)});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -368,6 +403,39 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
     launch_persistent<PCfgCo224T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else
     launch_persistent<PCfgCo256T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  return true;
+}
+
+bool gemm_wgmma_swiglu_can_run(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, int64_t inter, int64_t K) {
+  constexpr int kOut = PCfgCo256TSwiglu::BN_OUT;
+  if (!wgmma_shape_ok(x, w_gu, M, 2 * inter, K) || inter % kOut != 0 || reinterpret_cast<uintptr_t>(h) % 16 != 0)
+    return false;
+  if (ceil_div(M, P_BM) * (inter / kOut) >= (int64_t(1) << 31)) return false;
+  const int sms = device_sms();
+  // Only where the unfused gate/up GEMM would run the same 128x256 tiles (config 4): elsewhere
+  // (ping-pong at M = 512, one round of v4 tiles) the plan measured another configuration faster.
+  return sms > 0 && plan(M, 2 * inter, sms, true) == 4;
+}
+
+bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K,
+                       cudaStream_t stream) {
+  using C = PCfgCo256TSwiglu;
+  if (!gemm_wgmma_swiglu_can_run(x, w_gu, h, M, inter, K)) return false;
+  static bool configured = false;  // raising the dynamic shared-memory limit once is enough
+  if (!configured) {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_persistent_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         C::kSmemBytes));
+    configured = true;
+  }
+  CUtensorMap mx, mw, my;
+  if (!wgmma_make_map(&mx, x, M, K, P_BM) || !wgmma_make_map(&mw, w_gu, 2 * inter, K, C::BN / 2) ||
+      !wgmma_make_map(&my, h, M, inter, 64))
+    return false;
+  const int64_t tiles = ceil_div(M, P_BM) * (inter / C::BN_OUT);
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sms()));
+  gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(mx, mw, my, nullptr, h,
+                                                                             OutMode::store_bf16, M, inter, K);
+  KILN_CUDA_CHECK_LAUNCH();
   return true;
 }
 

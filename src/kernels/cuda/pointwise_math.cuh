@@ -45,8 +45,15 @@ __device__ __forceinline__ float rope_b(float x0, float x1, float s, float c) {
 
 // --- SwiGLU ---
 
+// silu(g) * u. The division is the fast one (__fdividef: a reciprocal and a multiply, ~2 ulp),
+// not IEEE __fdiv_rn (a dozen instructions): in the fused gate/up GEMM's epilogue (session 9) the
+// tensor cores wait for this math, and with __fdiv_rn the fusion ran 6% slower than the GEMM it
+// replaced (measured: docs/performance/gemm.md). Every GPU SwiGLU (silu_mul, the fused GEMV and
+// GEMM epilogues) calls this one function, so fused and unfused paths keep the same bits; the CPU
+// reference computes exactly and the tests compare within bf16 tolerance. For g < -88, exp(-g) is
+// inf and the quotient is -0.
 __device__ __forceinline__ float silu_mul_value(float g, float u) {
-  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, __expf(-g))), u);
+  return __fmul_rn(__fdividef(g, __fadd_rn(1.0f, __expf(-g))), u);
 }
 
 // A value as the bf16 the unfused path stores between kernels, back in fp32.
