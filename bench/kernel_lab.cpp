@@ -219,13 +219,15 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
 // every wgmma version and the default choice next to cuBLAS in the same run, and the ratios.
 // Columns: v4 .. v15 (v10 / v11: cooperative 128x224, register / TMA-store epilogue; v12: 128x256
 // split-K over a 2-CTA cluster; v13 / v14 / v15: 128x128 / 192 / 256 with W multicast over a 2-CTA
-// cluster), then the best version's ratio to cuBLAS ("best/cb") next to kiln's.
+// cluster; v16 / v17: 128x128 / 128x192 with the TMA-store epilogue), then the best version's
+// ratio to cuBLAS ("best/cb") next to kiln's.
 void print_gemm_summary() {
-  constexpr int kCols = 14;  // v4 .. v15, kiln, cublas
+  constexpr int kCols = 16;  // v4 .. v17, kiln, cublas
   const char* names[kCols] = {"v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15",
-                              "kiln", "cublas"};
+                              "v16", "v17", "kiln", "cublas"};
   const char* heads[kCols] = {"v4", "v5", "v6 pp", "v7 c192", "v8 c256", "v9 c256t", "v10 c224", "v11 224t",
-                              "v12 sk2", "v13 m128", "v14 m192", "v15 m256", "kiln", "cublas"};
+                              "v12 sk2", "v13 m128", "v14 m192", "v15 m256", "v16 128t", "v17 192t", "kiln",
+                              "cublas"};
   constexpr int kKiln = kCols - 2, kCublas = kCols - 1, kVersions = kKiln;  // columns of versions: 0 .. kKiln - 1
   std::printf("\n%-28s", "gemm (TFLOP/s)");
   for (int i = 0; i <= kCublas; ++i) std::printf(" %8s", heads[i]);

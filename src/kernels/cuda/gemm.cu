@@ -53,6 +53,8 @@
 //   multicast it (L2 -> SM bytes per K step -25% / -30% / -33%), for the one-round M = 512 shapes
 //   (o, qkv). Where clusters cannot run they run v4 (else v2). Measured (run 3): o 574 vs v4's 585,
 //   qkv 630 vs v5's 622 TFLOP/s (cuBLAS 666 / 696): the bytes were not the limit; not adopted.
+//   v16 / v17: v5's configs 7 / 8, cooperative 128x128 / 128x192 with the TMA-store epilogue (else
+//   v4 / v7): what the register epilogue costs the one-round M = 512 tiles.
 // Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
 // wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
 // a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.
@@ -432,7 +434,7 @@ static int gemm_default_version() {
   return v;
 }
 
-int gemm_versions() { return 15; }
+int gemm_versions() { return 17; }
 
 void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -451,6 +453,9 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
   } else if (version == 12) {  // split-K over a 2-CTA cluster; else v4, else v2
     if (gemm_wgmma_cluster(x, w, bias, y, mode, M, N, K, stream)) return;
     if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
+    version = 2;
+  } else if (version >= 16) {  // v16 / v17: persistent configs 7 / 8 (128x128 / 128x192, TMA-store epilogue)
+    if (gemm_wgmma_persistent(version - 9, x, w, bias, y, mode, M, N, K, stream)) return;
     version = 2;
   } else if (version >= 13) {  // 2-CTA clusters multicasting W: 128x128 / 128x192 / 128x256; else v4, else v2
     if (gemm_wgmma_multicast(version == 13 ? 128 : version == 14 ? 192 : 256, x, w, bias, y, mode, M, N, K, stream))
@@ -472,7 +477,15 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
 
 bool gemm_swiglu_ok(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, int64_t inter, int64_t K) {
   static const bool on = env_switch_on("KILN_GEMM_SWIGLU");
-  return on && M > kGemvMaxRows && gemm_wgmma_swiglu_can_run(x, w_gu, h, M, inter, K);
+  if (!on || M <= kGemvMaxRows || gemm_default_version() != 5) return false;  // KILN_GEMM_VERSION: the unfused GEMM
+  // Batched decode rows: only where matmul's split-K step would not split the (M, 2I) product (a
+  // forced KILN_GEMM_SPLITK=n, or the auto plan with the backend's workspace), so the bits match.
+  if (M <= kSplitKMaxRows) {
+    const int env = splitk_env();
+    const int S = env == 0 ? 1 : env > 0 ? env : gemm_splitk_plan(0, 0, M, 2 * inter, K, kSplitKWorkspaceFloats);
+    if (S > 1) return false;
+  }
+  return gemm_wgmma_swiglu_can_run(x, w_gu, h, M, inter, K);
 }
 
 bool gemm_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K, cudaStream_t stream) {

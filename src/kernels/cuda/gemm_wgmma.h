@@ -28,11 +28,14 @@ int gemm_wgmma_sms();
 // ring running on across tiles. config: 0 = auto (per shape: v4 or one of these, by rounds of tiles
 // and measured rates), 1 = ping-pong 128x128 (the two consumer warpgroups own alternate tiles),
 // 2 = cooperative 128x192, 3 = cooperative 128x256, 4 = 3 with a TMA-store epilogue (bf16 output
-// with N % 8 == 0, else 3), 5 = cooperative 128x224, 6 = 5 with a TMA-store epilogue (else 5).
+// with N % 8 == 0, else 3), 5 = cooperative 128x224, 6 = 5 with a TMA-store epilogue (else 5),
+// 7 / 8 = cooperative 128x128 / 128x192 with a TMA-store epilogue (else v4 / 2; session 9: what
+// auto takes for bf16 outputs at M > 256 where it would pick v4, 1 or 2).
 // Returns false and launches nothing where it cannot run (as gemm_wgmma).
 bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
                            int64_t M, int64_t N, int64_t K, cudaStream_t stream);
-// The config auto picks for this shape on this device: 1..4 (never 5 / 6: measured no better,
+// The config auto picks for this shape on this device, for a bf16 output: 1..4, or 7 / 8 (the
+// 128x128 / 128x192 picks with the TMA-store epilogue, M > 256; never 5 / 6: measured no better,
 // gemm_wgmma_persistent.cu's header), or 0 (v4: one round of 128x128 tiles; or the kernel cannot run).
 int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K);
 

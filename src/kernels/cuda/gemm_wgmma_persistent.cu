@@ -70,16 +70,19 @@
 // consumer thread holds gate column j and up column j in accumulators d[4j + e] and d[4(j + 16) + e]
 // and writes silu(g) * u, 128 columns of h per tile, through the TMA-store epilogue: the (M, 2I)
 // gate|up rows never go to memory and the silu_mul kernel goes away (pp2048: 1.47 of 46.8 ms). It
-// runs where plan() picks config 4 for the unfused (M, 2I) product (Llama-3-8B: M >= 17 but the
-// M = 512 shapes), so the tiles and their order are the unfused GEMM's. First measured with IEEE
-// division in silu: the fused kernel 22.2 ms a pp2048 step against 20.9 + 1.47 unfused (the
-// consumers' epilogue math is on the tensor cores' critical path); with __fdividef 21.15 ms.
+// runs where plan() picks config 4 for the unfused (M, 2I) product (Llama-3-8B, 132 SMs: M = 17-384
+// and M >= 769), so the tile count and the M-fastest walk are the unfused GEMM's (a tile's B rows
+// are gate rows n0.. and up rows I + n0.. instead of 256 consecutive rows). With IEEE division in
+// silu the fused kernel took 22.2 ms a pp2048 step (the consumers' epilogue math is on the tensor
+// cores' critical path); with __fdividef 21.0 ms against 20.8 + 1.3 ms for the unfused pair in the
+// same call (docs/performance/gemm.md, session 9).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/epilogue_add.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/pointwise_math.cuh"
@@ -121,6 +124,10 @@ using PCfgCo192 = PCfg<192, 5, false>;    // 5 x 40 KB = 200 KB
 using PCfgCo256 = PCfg<256, 4, false>;    // 4 x 48 KB = 192 KB
 using PCfgCo256T = PCfg<256, 3, false, true>;  // 64 KB C staging + 3 x 48 KB = 208 KB
 using PCfgCo256TSwiglu = PCfg<256, 3, false, true, true>;  // as PCfgCo256T, gate | up halves, h out
+// Session 9 (lab, gemm v16 / v17): the one-round M = 512 tiles (v4's 128x128, config 2's 128x192)
+// with the TMA-store epilogue, to measure what storing from registers costs there.
+using PCfgCo128T = PCfg<128, 6, false, true>;  // 32 KB C staging + 6 x 32 KB = 224 KB
+using PCfgCo192T = PCfg<192, 4, false, true>;  // 48 KB C staging + 4 x 40 KB = 208 KB
 // Session 7 (gate_up M = 512: 512 tiles of 128x224 = 3.88 rounds on 132 SMs; see the note below).
 using PCfgCo224 = PCfg<224, 5, false>;          // 5 x 44 KB = 220 KB
 using PCfgCo224T = PCfg<224, 3, false, true>;   // 56 KB C staging + 3 x 44 KB = 188 KB (4 would be 232)
@@ -325,7 +332,9 @@ int device_sms() {
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224T>),
-                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwiglu>)});
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwiglu>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128T>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192T>)});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -351,16 +360,23 @@ bool make_store_map_32(CUtensorMap* map, const bf16* y, int64_t M, int64_t N) {
 // least predicted time = rounds x tile area / main-loop rate, rounds = ceil(tiles / SMs), area in
 // 128x128 units, rates relative to cooperative 128x256 as measured at M = 4096 (run 1: ping-pong
 // 128x128 0.90, cooperative 128x192 0.93); 128x256 with the TMA-store epilogue where it can run.
+// Session 9: with a bf16 output and M > 256 (prefill; batched decode keeps its measured choices),
+// the 128x128 and 128x192 picks take their TMA-store twins (configs 7 / 8): at M = 512 they ran
+// +6-9% over v4 / config 2 and +3% over ping-pong on gate_up (run 8, docs/performance/gemm.md).
+// KILN_GEMM_TMA_STORE_SMALL=0 keeps the session-8 plan, for same-run comparison.
 int plan(int64_t M, int64_t N, int sms, bool tma_epi) {
   constexpr double kRatePP = 0.90, kRate192 = 0.93;
+  static const bool tma_small = env_switch_on("KILN_GEMM_TMA_STORE_SMALL");
+  const bool twin = tma_epi && tma_small && M > 256;
   const int64_t m_tiles = ceil_div(M, P_BM);
   const int64_t t128 = m_tiles * ceil_div(N, 128);
-  if (t128 <= sms) return 0;
+  if (t128 <= sms) return twin ? 7 : 0;
   const double pp = double(ceil_div(t128, sms)) / kRatePP;
   const double co192 = 1.5 * double(ceil_div(m_tiles * ceil_div(N, 192), sms)) / kRate192;
   const double co256 = 2.0 * double(ceil_div(m_tiles * ceil_div(N, 256), sms));
   if (co256 <= pp && co256 <= co192) return tma_epi ? 4 : 3;
-  return co192 < pp ? 2 : 1;
+  if (co192 < pp) return twin ? 8 : 2;
+  return twin ? 7 : 1;
 }
 
 }  // namespace
@@ -381,16 +397,20 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
   // The TMA-store epilogue needs a bf16 output whose rows are whole 16-byte units (N % 8 == 0) at a
   // 16-byte aligned base; elsewhere config 4 runs config 3 (the same tiles, register stores).
   const bool tma_epi = mode == OutMode::store_bf16 && N % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-  if (config <= 0 || config > 6) {
+  if (config <= 0 || config > 8) {
     config = plan(M, N, sms, tma_epi);
     if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
   }
   if (config == 4 && !tma_epi) config = 3;
   if (config == 6 && !tma_epi) config = 5;
+  if ((config == 7 || config == 8) && !tma_epi) config = config == 7 ? 0 : 2;  // 7: v4's register epilogue
   CUtensorMap mx, my{};
   if (!wgmma_make_map(&mx, x, M, K, P_BM)) return false;
   if (config == 4 && !wgmma_make_map(&my, static_cast<const bf16*>(y), M, N, 64)) config = 3;
   if (config == 6 && !make_store_map_32(&my, static_cast<const bf16*>(y), M, N)) config = 5;
+  if ((config == 7 || config == 8) && !wgmma_make_map(&my, static_cast<const bf16*>(y), M, N, 64))
+    config = config == 7 ? 0 : 2;
+  if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
   if (config == 1)
     launch_persistent<PCfgPP128>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 2)
@@ -399,6 +419,10 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
     launch_persistent<PCfgCo256>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 5)
     launch_persistent<PCfgCo224>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 7)
+    launch_persistent<PCfgCo128T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 8)
+    launch_persistent<PCfgCo192T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 6)
     launch_persistent<PCfgCo224T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else

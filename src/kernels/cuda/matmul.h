@@ -67,8 +67,9 @@ bool matmul_splitk(const bf16* x, const bf16* w, const bf16* bias, void* y, OutM
 
 // The gate/up product and SwiGLU in one GEMM for M > kGemvMaxRows (gemm_wgmma.h,
 // gemm_wgmma_swiglu): h = silu(x . Wg^T) * (x . Wu^T), the bits of gemm + silu_mul. gemm_swiglu_ok
-// says whether it runs for these operands (Hopper, the shape, and KILN_GEMM_SWIGLU not "0": the
-// switch for same-run comparison); gemm_swiglu launches it and returns false where it cannot.
+// says whether it runs for these operands (Hopper, the shape, the default GEMM version, no split-K
+// for these rows, and KILN_GEMM_SWIGLU not "0": the switch for same-run comparison); gemm_swiglu
+// launches it and returns false where it cannot.
 bool gemm_swiglu_ok(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, int64_t inter, int64_t K);
 bool gemm_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K, cudaStream_t stream);
 
