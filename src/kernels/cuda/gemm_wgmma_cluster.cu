@@ -196,25 +196,9 @@ __global__ void __launch_bounds__(X_THREADS, 1)
 #endif
 }
 
-// The kernel's launch configuration in clusters of 2 CTAs along x (cfg.attrs points into the object:
-// not copyable).
-struct PairLaunch {
-  cudaLaunchAttribute attr[1]{};
-  cudaLaunchConfig_t cfg{};
-  PairLaunch(dim3 grid, cudaStream_t stream) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(X_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = kXSmemBytes;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  PairLaunch(const PairLaunch&) = delete;
-  PairLaunch& operator=(const PairLaunch&) = delete;
+// The kernel's launch configuration in clusters of 2 CTAs along x.
+struct PairLaunch : wgmma_ptx::PairClusterLaunch {
+  PairLaunch(dim3 grid, cudaStream_t stream) : PairClusterLaunch(grid, X_THREADS, kXSmemBytes, stream) {}
 };
 
 // Clusters of 2 of this kernel that can be resident at once on the current device (0: none),

@@ -169,25 +169,10 @@ __global__ void __launch_bounds__(MC_THREADS, 1)
 #endif
 }
 
-// Launch configuration in clusters of 2 CTAs along x (cfg.attrs points into the object: not copyable).
+// Launch configuration in clusters of 2 CTAs along x.
 template <class C>
-struct McLaunch {
-  cudaLaunchAttribute attr[1]{};
-  cudaLaunchConfig_t cfg{};
-  McLaunch(dim3 grid, cudaStream_t stream) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(MC_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = C::kSmemBytes;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  McLaunch(const McLaunch&) = delete;
-  McLaunch& operator=(const McLaunch&) = delete;
+struct McLaunch : wgmma_ptx::PairClusterLaunch {
+  McLaunch(dim3 grid, cudaStream_t stream) : PairClusterLaunch(grid, MC_THREADS, C::kSmemBytes, stream) {}
 };
 
 // Per instantiation, once per process (a lab / prefill path run on one GPU, as gemm_wgmma_cluster.cu):

@@ -170,6 +170,28 @@ __device__ __forceinline__ void wgmma_bn(float* d, uint64_t desc_a, uint64_t des
 
 #endif  // KILN_WGMMA_DEVICE
 
+// The launch configuration of a kernel in clusters of 2 CTAs along x (gemm_wgmma_cluster.cu,
+// gemm_wgmma_multicast.cu), for cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters. cfg.attrs
+// points into the object: not copyable.
+struct PairClusterLaunch {
+  cudaLaunchAttribute attr[1]{};
+  cudaLaunchConfig_t cfg{};
+  PairClusterLaunch(dim3 grid, unsigned threads, size_t smem_bytes, cudaStream_t stream) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads, 1, 1);
+    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  PairClusterLaunch(const PairClusterLaunch&) = delete;
+  PairClusterLaunch& operator=(const PairClusterLaunch&) = delete;
+};
+
 // cuTensorMapEncodeTiled from the driver through the runtime (no -lcuda); nullptr when the driver
 // has none.
 using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
