@@ -3,14 +3,15 @@
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
 //   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm]
-//              [--gemm-m M] [--attention-batch] [--unheld]
+//              [--gemm-m M] [--gemm-add] [--attention-batch] [--unheld]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
 //    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS; --decode: those
 //    at M = 1 and 16 only; --gemv: only the bf16 decode GEMVs, M = 1..16, every version;
 //    --gemm: only the batched-decode GEMMs at M = 64..256 and the prefill GEMM versions 4.. at
 //    M = 512 / 2048 / 4096, with a summary table last; --gemm-m M: (implies --gemm) only the prefill GEMM
 //    versions at that one M, no batched-decode GEMMs: the cheapest run for one M's candidates;
-//    --attention-batch: only the paged decode attention at many short sequences)
+//    --gemm-add: only the residual-add products (o, down into fp32) at prefill M, the default
+//    against v18 / v19; --attention-batch: only the paged decode attention at many short sequences)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -100,6 +101,7 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       const int versions = gemm ? gemm_versions() : gemv_versions();
       for (int v = gemm ? g_gemm_first_version : 1; v <= versions + 1; ++v) {
         const int ver = v <= versions ? v : 0;
+        if (gemm && (ver == 18 || ver == 19)) continue;  // residual-add epilogues: --gemm-add times them
         auto run = [&](const bf16* wp) {
           if (gemm)
             gemm_version(ver, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
@@ -211,6 +213,46 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
           [&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); },
           reps);
       record("gemm-skinny", shape, "cublas", t_c, wbytes, flops, copy_gbs, 0);
+    }
+  }
+}
+
+// The residual-add products (o, down: OutMode::add_f32 into the fp32 residual, as the engine runs
+// them) at prefill M: the default GEMM (kiln: the register epilogue with its batched reads) against
+// v18 / v19 (TMA reduce-add epilogue, 128x256 / 128x128 tiles). Each version's first call adds into
+// the same starting y and must give the default's bits; then the timed calls keep adding (the
+// values only grow). No cuBLAS column: its bf16 GEMM does not add into an fp32 output.
+void bench_gemm_add(double copy_gbs) {
+  for (const MatShape& s : kShapes) {
+    if (std::strcmp(s.name, "o") != 0 && std::strcmp(s.name, "down") != 0) continue;
+    const std::vector<DeviceBuffer<bf16>> w = rotating_weights(s.n * s.k);
+    const int copies = int(w.size());
+    for (int64_t m : {int64_t(512), int64_t(2048), int64_t(4096)}) {
+      DeviceBuffer<bf16> x(size_t(m * s.k));
+      fill_random_bf16(x.data(), m * s.k, 3, 0, 0, 1.0f, nullptr);
+      std::vector<float> y0(size_t(m * s.n));
+      for (size_t i = 0; i < y0.size(); ++i) y0[i] = float(int64_t(i * 2654435761u % 2001) - 1000) / 1000.0f;
+      DeviceBuffer<float> y(y0.size());
+      const profile::Cost cost = profile::linear(m, s.n, s.k, 8);  // add_f32: y read + written
+      std::vector<float> ref;
+      for (int ver : {0, 18, 19}) {
+        y.upload(y0);
+        gemm_version(ver, x.data(), w[0].data(), nullptr, y.data(), OutMode::add_f32, m, s.n, s.k, nullptr);
+        cuda_synchronize();
+        std::vector<float> got = y.to_host();
+        int64_t diff = 0;
+        if (ver == 0) ref = got;
+        else
+          for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+        if (diff) std::printf("VALIDATION FAILED: gemm-add v%d %s M=%lld: %lld values differ from the default's\n", ver,
+                              s.name, (long long)m, (long long)diff);
+        const double t = time_ms([&](int i) {
+          gemm_version(ver, x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::add_f32, m, s.n, s.k,
+                       nullptr);
+        }, 20);
+        record("gemm-add", shape_name(s, m), ver ? "v" + std::to_string(ver) : std::string("kiln"), t, cost.bytes,
+               cost.flops, copy_gbs, double(diff));
+      }
     }
   }
 }
@@ -393,7 +435,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
-  bool attention_batch_only = false;
+  bool attention_batch_only = false, gemm_add_only = false;
   int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
@@ -405,12 +447,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--decode")) quant_only = g_decode_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
     else if (!std::strcmp(argv[i], "--gemm")) gemm_only = true;
+    else if (!std::strcmp(argv[i], "--gemm-add")) gemm_add_only = true;
     else if (!std::strcmp(argv[i], "--gemm-m") && i + 1 < argc && std::atoll(argv[i + 1]) > 0)
       gemm_only = true, gemm_m = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
-                           "[--gemv] [--gemm] [--gemm-m M] [--attention-batch] [--unheld]\n");
+                           "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--attention-batch] [--unheld]\n");
       return 2;
     }
   }
@@ -425,6 +468,8 @@ int main(int argc, char** argv) {
     double copy_gbs = copy_ceiling();
     if (attention_batch_only) {
       bench_decode_batched(copy_gbs);
+    } else if (gemm_add_only) {
+      bench_gemm_add(copy_gbs);
     } else if (gemm_only) {
       CublasGemm cublas;
       g_gemm_first_version = 4;
@@ -453,7 +498,7 @@ int main(int argc, char** argv) {
       }
       bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
     }
-    if (!skinny_only && !quant_only && !gemv_only && !gemm_only && !attention_batch_only) {
+    if (!skinny_only && !quant_only && !gemv_only && !gemm_only && !attention_batch_only && !gemm_add_only) {
       probe_wgmma_prefill();
       bench_attention(copy_gbs);
     }

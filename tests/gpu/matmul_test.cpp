@@ -357,14 +357,14 @@ void check_splitk(const SplitCase& c, SplitWorkspace& sw, int version, int split
 // The wgmma GEMMs' add_f32 epilogue reads the residual in batches (epilogue_add.cuh); mode 3 is the
 // same add through the general loop (what KILN_GEMM_ADD_BATCHED=0 selects). Both must agree bit
 // for bit: the same sums in the same order. Whole blocks (o / down at M = 2048) and edge blocks
-// (M = 333, N = 4500), on every persistent configuration, v4, v12 and v13-v17.
+// (M = 333, N = 4500), on every persistent configuration, v4, v12 and v13-v19.
 TEST(GpuMatmul, GemmBatchedAddEpilogueIsBitIdentical) {
   KILN_REQUIRE_GPU();
   if (!gemm_version_testable(4)) GTEST_SKIP() << "the batched epilogue is in the wgmma GEMMs (sm_90a)";
   const cuda::OutMode serial = cuda::OutMode(3);
   for (Shape s : {Shape{2048, 4096, 4096}, Shape{2048, 4096, 1024}, Shape{333, 4500, 1000}}) {
     SplitCase c(s, s.m == 333, 81, /*with_ref=*/s.m == 333);
-    for (int v : {0, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}) {
+    for (int v : {0, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}) {
       if (v > cuda::gemm_versions()) continue;
       SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " K=" << s.k << " v" << v);
       auto run = [&](cuda::OutMode mode) {
@@ -467,6 +467,34 @@ TEST(GpuMatmul, GemmSwigluMatchesUnfused) {
   DeviceBuffer<bf16> h(size_t(64 * 200));
   EXPECT_FALSE(cuda::gemm_swiglu(dx.data(), dw.data(), h.data(), 64, 200, 256, nullptr));  // I % 128 != 0
   EXPECT_FALSE(cuda::gemm_swiglu(dx.data(), dw.data(), h.data(), 16, 128, 256, nullptr));  // M <= 16: the GEMV's
+}
+
+// v18 / v19 (TMA reduce-add epilogue into the fp32 residual, 128x256 / 128x128 tiles) against the
+// default GEMM's register add, bit for bit: one writer per element and one fp32 add, in both. M =
+// 37, 130 (a consumer's rows partly or wholly past M), 513, 2049; N = 200 (a 32-column box partly
+// past N), 4500 (the last tile's boxes past N), 4096; K = 64, 1000, 4104; bias on some. N % 4 != 0
+// (258) falls back to the register epilogue and must still match.
+TEST(GpuMatmul, GemmReduceAddMatchesRegisterAdd) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(18)) GTEST_SKIP() << "gemm v18 / v19 (wgmma) need an sm_90 device and an sm_90a build";
+  uint32_t seed = 700;
+  for (Shape s : {Shape{37, 200, 64}, Shape{130, 4500, 1000}, Shape{513, 4096, 4104}, Shape{2049, 4500, 520},
+                  Shape{300, 258, 1000}})
+    for (bool bias : {false, true}) {
+      SplitCase c(s, bias, seed += 10, /*with_ref=*/false);
+      SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " K=" << s.k << " bias " << bias);
+      auto run = [&](int v) {
+        return run_out(c, cuda::OutMode::add_f32, [&](void* y) {
+          cuda::gemm_version(v, c.dx.data(), c.dw.data(), bias ? c.db.data() : nullptr, y, cuda::OutMode::add_f32, s.m,
+                             s.n, s.k, nullptr);
+        });
+      };
+      const std::vector<float> base = run(0);
+      for (int v : {18, 19}) {
+        const std::vector<float> got = run(v);
+        EXPECT_EQ(0, std::memcmp(got.data(), base.data(), got.size() * sizeof(float))) << "v" << v;
+      }
+    }
 }
 
 TEST(GpuMatmul, SplitKOddShapes) {

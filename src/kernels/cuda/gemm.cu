@@ -55,6 +55,9 @@
 //   qkv 630 vs v5's 622 TFLOP/s (cuBLAS 666 / 696): the bytes were not the limit; not adopted.
 //   v16 / v17: v5's configs 7 / 8, cooperative 128x128 / 128x192 with the TMA-store epilogue (else
 //   v4 / v7): what the register epilogue costs the one-round M = 512 tiles.
+//   v18 / v19: v5's configs 9 / 10, cooperative 128x256 / 128x128 adding into the fp32 add_f32
+//   target through TMA reduce-adds (else v8 / v4): the residual-add products (o, down). Written
+//   without a GPU at the end of session 9; kernel_lab --gemm-add times them.
 // Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
 // wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
 // a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.
@@ -434,7 +437,7 @@ static int gemm_default_version() {
   return v;
 }
 
-int gemm_versions() { return 17; }
+int gemm_versions() { return 19; }
 
 void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -454,7 +457,7 @@ void gemm_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
     if (gemm_wgmma_cluster(x, w, bias, y, mode, M, N, K, stream)) return;
     if (gemm_wgmma(x, w, bias, y, mode, M, N, K, stream)) return;
     version = 2;
-  } else if (version >= 16) {  // v16 / v17: persistent configs 7 / 8 (128x128 / 128x192, TMA-store epilogue)
+  } else if (version >= 16) {  // v16-v19: persistent configs 7-10 (TMA-store / TMA reduce-add epilogues)
     if (gemm_wgmma_persistent(version - 9, x, w, bias, y, mode, M, N, K, stream)) return;
     version = 2;
   } else if (version >= 13) {  // 2-CTA clusters multicasting W: 128x128 / 128x192 / 128x256; else v4, else v2

@@ -93,10 +93,15 @@ namespace {
 
 constexpr int P_BM = 128, P_BK = 64, P_THREADS = 384;  // 1 producer + 2 consumer warpgroups
 
-template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = false>
+template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = false, bool ADD_ = false>
 struct PCfg {
   static constexpr int BN = BN_, STAGES = STAGES_;
   static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
+  // ADD (configs 9 / 10, session 9, lab): the fp32 add_f32 output (y += x . W^T, the residual adds
+  // of o and down) through TMA reduce-adds: each consumer stages (64 rows, 32 columns) fp32 boxes
+  // in two 8 KB buffers that take turns, and cp.reduce.async.bulk.tensor adds each box into y.
+  static constexpr bool ADD = ADD_;
+  static constexpr int kAddBoxCols = 32, kAddBoxBytes = 64 * kAddBoxCols * 4;  // 128-byte rows: 128B swizzle
   // SwiGLU (gemm_wgmma_swiglu): the B tile is gate rows [n0, n0 + BN / 2) over up rows
   // [I + n0, I + n0 + BN / 2), and the tile's output is silu(gate) * up, BN / 2 columns of h.
   static constexpr bool SWIGLU = SWIGLU_;
@@ -110,7 +115,7 @@ struct PCfg {
   // (128-byte rows, 128B swizzle, 8 KB) or, where BN is no multiple of 64 (224), 32 (64-byte rows,
   // 64B swizzle, 4 KB).
   static constexpr int BOX = BN % 64 == 0 ? 64 : 32;
-  static constexpr int kCBytes = TMA_EPI ? P_BM * BN * 2 : 0;
+  static constexpr int kCBytes = ADD ? 2 * 2 * kAddBoxBytes : TMA_EPI ? P_BM * BN * 2 : 0;
   static constexpr int kSmemBytes = kCBytes + STAGES * kStageBytes + 2 * STAGES * 8 + 1024;  // + barriers, slack
   static_assert(BN == 128 || BN == 192 || BN == 224 || BN == 256, "wgmma n128 / n192 / n224 / n256");
   static_assert(MH * 64 * BN / 128 == ACC && ACC <= 128, "fp32 accumulators per consumer thread");
@@ -118,6 +123,7 @@ struct PCfg {
   static_assert(kBBytes % 1024 == 0, "1024-byte aligned swizzle atoms");
   static_assert(kSmemBytes <= 227 * 1024, "opt-in shared memory per block");
   static_assert(!SWIGLU || (TMA_EPI && BN == 256), "SwiGLU: the 128x256 TMA-store configuration only");
+  static_assert(!ADD || (TMA_EPI && !SWIGLU && BN % (2 * kAddBoxCols) == 0), "ADD: whole pairs of boxes");
 };
 using PCfgPP128 = PCfg<128, 7, true>;     // 7 x 32 KB = 224 KB
 using PCfgCo192 = PCfg<192, 5, false>;    // 5 x 40 KB = 200 KB
@@ -128,6 +134,10 @@ using PCfgCo256TSwiglu = PCfg<256, 3, false, true, true>;  // as PCfgCo256T, gat
 // with the TMA-store epilogue, to measure what storing from registers costs there.
 using PCfgCo128T = PCfg<128, 6, false, true>;  // 32 KB C staging + 6 x 32 KB = 224 KB
 using PCfgCo192T = PCfg<192, 4, false, true>;  // 48 KB C staging + 4 x 40 KB = 208 KB
+// Session 9 (lab, gemm v18 / v19, written without a GPU): the residual-add output through TMA
+// reduce-adds, so the add_f32 products (o, down) get what v9 / v16 gave the bf16 stores.
+using PCfgCo256Add = PCfg<256, 4, false, true, false, true>;  // 32 KB staging + 4 x 48 KB = 224 KB
+using PCfgCo128Add = PCfg<128, 6, false, true, false, true>;  // 32 KB staging + 6 x 32 KB = 224 KB
 // Session 7 (gate_up M = 512: 512 tiles of 128x224 = 3.88 rounds on 132 SMs; see the note below).
 using PCfgCo224 = PCfg<224, 5, false>;          // 5 x 44 KB = 220 KB
 using PCfgCo224T = PCfg<224, 3, false, true>;   // 56 KB C staging + 3 x 44 KB = 188 KB (4 would be 232)
@@ -187,6 +197,56 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
           : "memory");
     }
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  }
+}
+// The TMA reduce-add epilogue of one consumer's (64, BN) block (configs 9 / 10): y(row, col) +=
+// d + bias, BN / 32 boxes of (64 rows, 32 fp32 columns), staged in the consumer's two 8 KB buffers
+// (sc, sc + 8 KB) in turn. Rows of 128 bytes in the 128B swizzle (the 16-byte chunk q of row r at
+// q ^ (r % 8)), so a warp's float2 stores (8 rows x 4 lanes) hit 8 chunk positions. Each box is
+// its own bulk group: before a buffer is rewritten, the group that read it two boxes ago (this
+// tile's, or the previous tile's last two: BN / 32 is even) must be done reading it
+// (cp.async.bulk.wait_group.read 1). One writer per output element, so the result is y + v in one
+// fp32 add, as the register epilogue's (the L2's f32 reduction may flush subnormals: the residual
+// stream has none in practice).
+template <int BN>
+__device__ __forceinline__ void reduce_add_block_tma(const float* d, int tid, int c, uint32_t sc,
+                                                     const CUtensorMap* map_y, int64_t row0, int64_t n0,
+                                                     const bf16* bias, int64_t M, int64_t N) {
+  constexpr int kCols = 32;
+  constexpr uint32_t kBoxBytes = 64 * kCols * 4;
+  const int w = tid / 32, l = tid % 32;
+#pragma unroll
+  for (int b = 0; b < BN / kCols; ++b) {
+    const uint32_t buf = sc + uint32_t(b & 1) * kBoxBytes;
+    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+    named_bar_sync(3 + c, 128);  // buffer b & 1 is free
+#pragma unroll
+    for (int jj = 0; jj < kCols / 8; ++jj) {
+      const int j = b * (kCols / 8) + jj;  // the accumulators' 8-column group
+      const int64_t col = n0 + j * 8 + 2 * (l % 4);
+      const float b0 = bias && col < N ? __bfloat162float(bias[col]) : 0.0f;
+      const float b1 = bias && col + 1 < N ? __bfloat162float(bias[col + 1]) : 0.0f;
+      const int q = 2 * jj + (l % 4) / 2;  // 16-byte chunk of the 128-byte row
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = w * 16 + l / 4 + 8 * h;
+        const uint32_t addr = buf + uint32_t(r) * 128 + uint32_t((q ^ (r % 8)) * 16) + uint32_t(l % 2) * 8;
+        const float v0 = bias ? d[4 * j + 2 * h] + b0 : d[4 * j + 2 * h];
+        const float v1 = bias ? d[4 * j + 2 * h + 1] + b1 : d[4 * j + 2 * h + 1];
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // st.shared -> the TMA unit's reads
+    named_bar_sync(3 + c, 128);
+    if (tid == 0) {
+      if (row0 < M && n0 + b * kCols < N)
+        asm volatile(
+            "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                reinterpret_cast<uint64_t>(map_y)),
+            "r"(int(n0) + b * kCols), "r"(int(row0)), "r"(buf)
+            : "memory");
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");  // one group a box, empty or not
+    }
   }
 }
 #endif  // KILN_WGMMA_DEVICE
@@ -289,6 +349,9 @@ __global__ void __launch_bounds__(P_THREADS, 1)
         for (int i = 0; i < ACC / 2; ++i) acc[i] = silu_mul_value(round_bf16(acc[i]), round_bf16(acc[i + ACC / 2]));
         store_block_tma<BN_OUT, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0,
                                         nullptr, M, N);
+      } else if constexpr (C::ADD) {
+        reduce_add_block_tma<BN>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M,
+                                 N);
       } else if constexpr (C::TMA_EPI) {
         store_block_tma<BN, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M, N);
       } else {
@@ -334,7 +397,9 @@ int device_sms() {
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwiglu>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128T>),
-                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192T>)});
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192T>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256Add>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128Add>)});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -350,6 +415,22 @@ bool make_store_map_32(CUtensorMap* map, const bf16* y, int64_t M, int64_t N) {
   cuuint32_t elem_strides[2] = {1, 1};
   CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(y), dims, strides, box, elem_strides,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+// The fp32 (M, N) add_f32 target as a TMA reduce-add destination in (64 rows, 32 columns) boxes
+// (128-byte rows, 128B swizzle; configs 9 / 10). Needs N % 4 == 0 (16-byte row stride) and a 16-byte
+// aligned base.
+bool make_add_map_f32(CUtensorMap* map, const float* y, int64_t M, int64_t N) {
+  wgmma_ptx::EncodeTiled fn = wgmma_ptx::tensor_map_encoder();
+  if (!fn) return false;
+  cuuint64_t dims[2] = {cuuint64_t(N), cuuint64_t(M)};
+  cuuint64_t strides[1] = {cuuint64_t(N) * 4};
+  cuuint32_t box[2] = {32, 64};
+  cuuint32_t elem_strides[2] = {1, 1};
+  CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(y), dims, strides, box, elem_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
@@ -397,19 +478,25 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
   // The TMA-store epilogue needs a bf16 output whose rows are whole 16-byte units (N % 8 == 0) at a
   // 16-byte aligned base; elsewhere config 4 runs config 3 (the same tiles, register stores).
   const bool tma_epi = mode == OutMode::store_bf16 && N % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-  if (config <= 0 || config > 8) {
+  // Configs 9 / 10 (TMA reduce-add): an fp32 add_f32 target with 16-byte rows; else 3 / v4.
+  const bool tma_add = (mode == OutMode::add_f32 || mode == kAddF32Serial) && N % 4 == 0 &&
+                       reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  if (config <= 0 || config > 10) {
     config = plan(M, N, sms, tma_epi);
     if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
   }
   if (config == 4 && !tma_epi) config = 3;
   if (config == 6 && !tma_epi) config = 5;
   if ((config == 7 || config == 8) && !tma_epi) config = config == 7 ? 0 : 2;  // 7: v4's register epilogue
+  if ((config == 9 || config == 10) && !tma_add) config = config == 9 ? 3 : 0;
   CUtensorMap mx, my{};
   if (!wgmma_make_map(&mx, x, M, K, P_BM)) return false;
   if (config == 4 && !wgmma_make_map(&my, static_cast<const bf16*>(y), M, N, 64)) config = 3;
   if (config == 6 && !make_store_map_32(&my, static_cast<const bf16*>(y), M, N)) config = 5;
   if ((config == 7 || config == 8) && !wgmma_make_map(&my, static_cast<const bf16*>(y), M, N, 64))
     config = config == 7 ? 0 : 2;
+  if ((config == 9 || config == 10) && !make_add_map_f32(&my, static_cast<const float*>(y), M, N))
+    config = config == 9 ? 3 : 0;
   if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
   if (config == 1)
     launch_persistent<PCfgPP128>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
@@ -421,6 +508,10 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
     launch_persistent<PCfgCo224>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 7)
     launch_persistent<PCfgCo128T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 9)
+    launch_persistent<PCfgCo256Add>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  else if (config == 10)
+    launch_persistent<PCfgCo128Add>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 8)
     launch_persistent<PCfgCo192T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
   else if (config == 6)
