@@ -231,8 +231,7 @@ __device__ __forceinline__ void reduce_add_block_tma(const float* d, int tid, in
       for (int h = 0; h < 2; ++h) {
         const int r = w * 16 + l / 4 + 8 * h;
         const uint32_t addr = buf + uint32_t(r) * 128 + uint32_t((q ^ (r % 8)) * 16) + uint32_t(l % 2) * 8;
-        const float v0 = bias ? d[4 * j + 2 * h] + b0 : d[4 * j + 2 * h];
-        const float v1 = bias ? d[4 * j + 2 * h + 1] + b1 : d[4 * j + 2 * h + 1];
+        const float v0 = d[4 * j + 2 * h] + b0, v1 = d[4 * j + 2 * h + 1] + b1;  // as the register add
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
       }
     }
