@@ -3,7 +3,7 @@
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
 // run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
 //   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm]
-//              [--gemm-m M] [--gemm-add] [--attention-batch] [--unheld]
+//              [--gemm-m M] [--gemm-add] [--attention-batch] [--model PRESET] [--unheld]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
 //    --quant: only the quantized products, int8 / int4 / fp8, next to bf16 and cuBLAS; --decode: those
 //    at M = 1 and 16 only; --gemv: only the bf16 decode GEMVs, M = 1..16, every version;
@@ -11,7 +11,9 @@
 //    M = 512 / 2048 / 4096, with a summary table last; --gemm-m M: (implies --gemm) only the prefill GEMM
 //    versions at that one M, no batched-decode GEMMs: the cheapest run for one M's candidates;
 //    --gemm-add: only the residual-add products (o, down into fp32) at prefill M, the default
-//    against v18 / v19; --attention-batch: only the paged decode attention at many short sequences)
+//    against v18 / v19; --attention-batch: only the paged decode attention at many short sequences;
+//    --model PRESET: the matrix shapes of another `kiln --random` preset, e.g. qwen2.5-7b, instead of
+//    llama3-8b's)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,6 +35,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/random_fill.h"
+#include "model/random_weights.h"
 #include "profile/cost_model.h"
 #include "kernel_lab.h"
 
@@ -61,8 +64,16 @@ struct MatShape {
   const char* name;
   int64_t n, k;
 };
-const MatShape kShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096},
-                            {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
+// A model's five projection shapes (N x K: output rows by input width), from its preset
+// (model/random_weights.h): fused q|k|v, o, fused gate|up, down, the output head.
+std::vector<MatShape> shapes_of(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  return {{"qkv", c.q_dim() + 2 * c.kv_dim(), H}, {"o", H, c.q_dim()}, {"gate_up", 2 * I, H}, {"down", H, I},
+          {"lm_head", c.vocab_size, H}};
+}
+// The shapes every bench below walks: Llama-3-8B's (6144 / 4096 / 28672 / 4096 / 128256 x 4096,
+// down 4096 x 14336) unless --model names another preset (e.g. qwen2.5-7b).
+std::vector<MatShape> g_shapes = shapes_of(preset_config("llama3-8b"));
 
 // Copies of a random (N, K) bf16 weight, enough that cycling through them reads > 4x the L2 (so
 // every timed call streams its weight from DRAM); time_ms's loop takes copy i % size().
@@ -84,7 +95,7 @@ std::string shape_name(const MatShape& s, int64_t m) {
 }
 
 void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms, bool gemm) {
-  for (const MatShape& s : kShapes) {
+  for (const MatShape& s : g_shapes) {
     const int64_t wsize = s.n * s.k;
     const std::vector<DeviceBuffer<bf16>> w = rotating_weights(wsize);
     const int copies = int(w.size());
@@ -161,7 +172,7 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
 void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms) {
   DeviceBuffer<float> ws{size_t(kSplitKWorkspaceFloats)};
   const MatmulWorkspace wsv{ws.data(), kSplitKWorkspaceFloats};
-  for (const MatShape& s : kShapes) {
+  for (const MatShape& s : g_shapes) {
     const int64_t wsize = s.n * s.k;
     const std::vector<DeviceBuffer<bf16>> w = rotating_weights(wsize);
     const int copies = int(w.size());
@@ -225,7 +236,7 @@ void bench_skinny(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
 // give their register twin's bits. The timed calls keep adding (the values only grow). No cuBLAS
 // column: its bf16 GEMM does not add into an fp32 output.
 void bench_gemm_add(double copy_gbs) {
-  for (const MatShape& s : kShapes) {
+  for (const MatShape& s : g_shapes) {
     if (std::strcmp(s.name, "o") != 0 && std::strcmp(s.name, "down") != 0) continue;
     const std::vector<DeviceBuffer<bf16>> w = rotating_weights(s.n * s.k);
     const int copies = int(w.size());
@@ -321,7 +332,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
                       {QuantFormat::fp8, 0, "fp8"}};
   const std::vector<int64_t> decode_ms = g_quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 16};
   const std::vector<int64_t> prefill_ms = g_quick || g_decode_only ? std::vector<int64_t>{} : std::vector<int64_t>{2048};
-  for (const MatShape& s : kShapes) {
+  for (const MatShape& s : g_shapes) {
     const int64_t mmax = 2048;
     DeviceBuffer<bf16> x(size_t(mmax * s.k)), y(size_t(mmax * s.n)), yref(size_t(mmax * s.n)), wdq(size_t(s.n * s.k));
     DeviceBuffer<uint8_t> xq(size_t(mmax * s.k));
@@ -441,6 +452,7 @@ int main(int argc, char** argv) {
   bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
   bool attention_batch_only = false, gemm_add_only = false;
   int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096)
+  std::string model = "llama3-8b";  // --model: the preset whose projection shapes the benches walk
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
@@ -454,14 +466,19 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--gemm-add")) gemm_add_only = true;
     else if (!std::strcmp(argv[i], "--gemm-m") && i + 1 < argc && std::atoll(argv[i + 1]) > 0)
       gemm_only = true, gemm_m = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
     else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
-                           "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--attention-batch] [--unheld]\n");
+                           "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--attention-batch] [--model PRESET] [--unheld]\n");
       return 2;
     }
   }
   try {
+    g_shapes = shapes_of(preset_config(model));
+    std::printf("shapes: %s (qkv %lldx%lld, gate_up %lldx%lld, down %lldx%lld, lm_head %lldx%lld)\n", model.c_str(),
+                (long long)g_shapes[0].n, (long long)g_shapes[0].k, (long long)g_shapes[2].n, (long long)g_shapes[2].k,
+                (long long)g_shapes[3].n, (long long)g_shapes[3].k, (long long)g_shapes[4].n, (long long)g_shapes[4].k);
     if (cuda_device_count() == 0) {
       std::fprintf(stderr, "kernel_lab: no CUDA device\n");
       return 1;
