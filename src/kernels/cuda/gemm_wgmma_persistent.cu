@@ -403,35 +403,31 @@ int device_sms() {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The bf16 (M, N) output as a TMA-store target in (64 rows, 32 columns) boxes with the 64B swizzle
-// (config 6: 224 = 7 x 32 columns; config 4's 64-column boxes come from wgmma_make_map).
-bool make_store_map_32(CUtensorMap* map, const bf16* y, int64_t M, int64_t N) {
+// A row-major (M, N) output as a TMA store / reduce-add target in (64 rows, 32 columns) boxes: the
+// L2 promotion and out-of-bounds rule of every epilogue map; the element type and swizzle vary.
+bool make_out_map_32(CUtensorMap* map, const void* y, CUtensorMapDataType type, int elem_bytes,
+                     CUtensorMapSwizzle swizzle, int64_t M, int64_t N) {
   wgmma_ptx::EncodeTiled fn = wgmma_ptx::tensor_map_encoder();
   if (!fn) return false;
   cuuint64_t dims[2] = {cuuint64_t(N), cuuint64_t(M)};
-  cuuint64_t strides[1] = {cuuint64_t(N) * 2};  // bytes, multiple of 16 (N % 8 == 0)
+  cuuint64_t strides[1] = {cuuint64_t(N) * cuuint64_t(elem_bytes)};  // bytes, a multiple of 16 (callers check N)
   cuuint32_t box[2] = {32, 64};
   cuuint32_t elem_strides[2] = {1, 1};
-  CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(y), dims, strides, box, elem_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r = fn(map, type, 2, const_cast<void*>(y), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
 
-// The fp32 (M, N) add_f32 target as a TMA reduce-add destination in (64 rows, 32 columns) boxes
-// (128-byte rows, 128B swizzle; configs 9 / 10). Needs N % 4 == 0 (16-byte row stride) and a 16-byte
-// aligned base.
+// The bf16 output in (64, 32) boxes with the 64B swizzle (config 6: 224 = 7 x 32 columns; config 4's
+// 64-column boxes come from wgmma_make_map). N % 8 == 0.
+bool make_store_map_32(CUtensorMap* map, const bf16* y, int64_t M, int64_t N) {
+  return make_out_map_32(map, y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, CU_TENSOR_MAP_SWIZZLE_64B, M, N);
+}
+
+// The fp32 add_f32 target as a TMA reduce-add destination (configs 9 / 10): 128-byte box rows, 128B
+// swizzle. N % 4 == 0 and a 16-byte aligned base.
 bool make_add_map_f32(CUtensorMap* map, const float* y, int64_t M, int64_t N) {
-  wgmma_ptx::EncodeTiled fn = wgmma_ptx::tensor_map_encoder();
-  if (!fn) return false;
-  cuuint64_t dims[2] = {cuuint64_t(N), cuuint64_t(M)};
-  cuuint64_t strides[1] = {cuuint64_t(N) * 4};
-  cuuint32_t box[2] = {32, 64};
-  cuuint32_t elem_strides[2] = {1, 1};
-  CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(y), dims, strides, box, elem_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
+  return make_out_map_32(map, y, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, CU_TENSOR_MAP_SWIZZLE_128B, M, N);
 }
 
 // Config for a shape (the header's rule). 0 = v4 (one block per tile) where the 128x128 tiles fit in
@@ -497,26 +493,19 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
   if ((config == 9 || config == 10) && !make_add_map_f32(&my, static_cast<const float*>(y), M, N))
     config = config == 9 ? 3 : 0;
   if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
-  if (config == 1)
-    launch_persistent<PCfgPP128>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 2)
-    launch_persistent<PCfgCo192>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 3)
-    launch_persistent<PCfgCo256>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 5)
-    launch_persistent<PCfgCo224>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 7)
-    launch_persistent<PCfgCo128T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 9)
-    launch_persistent<PCfgCo256Add>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 10)
-    launch_persistent<PCfgCo128Add>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 8)
-    launch_persistent<PCfgCo192T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else if (config == 6)
-    launch_persistent<PCfgCo224T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
-  else
-    launch_persistent<PCfgCo256T>(w, bias, y, mode, M, N, K, sms, stream, mx, my);
+  auto launch = [&](auto cfg) { launch_persistent<decltype(cfg)>(w, bias, y, mode, M, N, K, sms, stream, mx, my); };
+  switch (config) {
+    case 1: launch(PCfgPP128{}); break;
+    case 2: launch(PCfgCo192{}); break;
+    case 3: launch(PCfgCo256{}); break;
+    case 5: launch(PCfgCo224{}); break;
+    case 6: launch(PCfgCo224T{}); break;
+    case 7: launch(PCfgCo128T{}); break;
+    case 8: launch(PCfgCo192T{}); break;
+    case 9: launch(PCfgCo256Add{}); break;
+    case 10: launch(PCfgCo128Add{}); break;
+    default: launch(PCfgCo256T{}); break;  // 4
+  }
   return true;
 }
 
