@@ -6,7 +6,8 @@
 // --head-type gives it a type of its own (an int4 model with an int8 head, as llama.cpp keeps the
 // head at 6 bits in its Q4_0 files). --type bf16 writes the weights (embeddings and head
 // included) rounded to bf16: the reference model the quality table measures the formats against.
-// --calib runs the AWQ-style scale search (src/quant/awq.h) for int4 on a calibration text.
+// --calib runs the AWQ-style scale search and then the clipping search (src/quant/awq.h; --no-clip:
+// scales only) for int4 on a calibration text.
 // Byte layouts and metadata keys: docs/QUANTIZATION.md.
 #include <cctype>
 #include <chrono>
@@ -32,7 +33,7 @@ namespace {
 
 struct QuantizeOptions {
   std::string input, output, type, calib, head_type;
-  bool head = false;
+  bool head = false, no_clip = false;
   int32_t threads = 0;
   int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
 };
@@ -95,12 +96,17 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   fmt::print(stderr, "kiln quantize: calibrating on {} tokens of '{}' (windows of {}) ...\n",
              ids.size() / size_t(o.calib_ctx) * size_t(o.calib_ctx), o.calib, o.calib_ctx);
   quant::Calibration cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.calib_samples);
-  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; AWQ scale search (alpha in 0..1, 21 points):\n",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  quant::apply_awq(model.weights, model.config, cal, pool, o.group, [](const quant::AwqChoice& ch) {
-    fmt::print(stderr, "  layer {:3} {:<8} alpha {:.2f}  output error {:.4g} -> {:.4g} ({:+.1f}%)\n", ch.layer,
+  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; AWQ scale search (alpha in 0..1, 21 points){}:\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+             o.no_clip ? "" : ", then the clipping search (ratio 1..0.5, 11 points; not q, k)");
+  quant::apply_awq(model.weights, model.config, cal, pool, o.group, !o.no_clip, [](const quant::AwqChoice& ch) {
+    std::string clip;
+    if (ch.clip_error_before > 0)
+      clip = fmt::format("; clipped {:.4g} -> {:.4g} ({:+.1f}%)", ch.clip_error_before, ch.clip_error_after,
+                         100.0 * (ch.clip_error_after / ch.clip_error_before - 1.0));
+    fmt::print(stderr, "  layer {:3} {:<8} alpha {:.2f}  output error {:.4g} -> {:.4g} ({:+.1f}%){}\n", ch.layer,
                ch.group, ch.alpha, ch.error_rtn, ch.error,
-               ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0);
+               ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0, clip);
   });
 }
 
@@ -244,6 +250,8 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--calib-tokens", o->calib_tokens, "Calibration tokens used (from the start of --calib)")
       ->capture_default_str();
   cmd->add_option("--calib-ctx", o->calib_ctx, "Calibration window in tokens")->capture_default_str();
+  cmd->add_flag("--no-clip", o->no_clip,
+                "--calib: the scale search only, without AWQ's weight-clipping search (the session-8 files)");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->callback([o] {
     o->head = o->head || !o->head_type.empty();  // --head-type implies --head

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -69,6 +70,81 @@ AwqChoice search(const std::vector<HostMatrix*>& ws, const SiteStats& x, const s
   return choice;
 }
 
+// Quantize-dequantize one int4 group as quantize_int4 does (quantize.cpp: the grid spans the
+// group's [min, max]).
+void fake_int4_group(const float* w, int64_t n, float* out) {
+  const auto [lo, hi] = std::minmax_element(w, w + n);
+  const float scale = std::max(*hi - *lo, 1e-5f) / 15.0f, min = *lo;
+  for (int64_t i = 0; i < n; ++i) out[i] = std::clamp(std::nearbyint((w[i] - min) / scale), 0.0f, 15.0f) * scale + min;
+}
+
+// AWQ's clipping search on one matrix (awq.h): x holds n rows of the matrix's inputs as it sees
+// them (n x cols). Clips m in place; returns {objective unclipped, objective clipped}.
+std::pair<double, double> clip_matrix(HostMatrix& m, const std::vector<float>& x, int64_t n, int64_t preferred_group,
+                                      ThreadPool& pool) {
+  const int64_t rows = m.rows, cols = m.cols, gs = int4_group_for(cols, preferred_group);
+  if (gs == 0 || n == 0) return {0.0, 0.0};
+  const int64_t groups = cols / gs;
+  std::vector<float> gram(size_t(groups * gs * gs));  // per column group: X_g^T X_g
+  pool.parallel_for(groups, [&](int64_t lo, int64_t hi) {
+    std::vector<double> acc(size_t(gs * gs));
+    for (int64_t g = lo; g < hi; ++g) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* xg = x.data() + i * cols + g * gs;
+        for (int64_t a = 0; a < gs; ++a)
+          for (int64_t b = 0; b < gs; ++b) acc[size_t(a * gs + b)] += double(xg[a]) * xg[b];
+      }
+      for (size_t k = 0; k < acc.size(); ++k) gram[size_t(g * gs * gs) + k] = float(acc[k]);
+    }
+  });
+  constexpr int kSteps = 10;  // r = 1 - i / 20, i = 0 .. 10: 1.0 down to 0.5
+  std::vector<double> before(static_cast<size_t>(rows)), after(static_cast<size_t>(rows));
+  pool.parallel_for(rows, [&](int64_t lo, int64_t hi) {
+    std::vector<float> clipped(static_cast<size_t>(gs)), q(static_cast<size_t>(gs)), d(static_cast<size_t>(gs));
+    for (int64_t r = lo; r < hi; ++r)
+      for (int64_t g = 0; g < groups; ++g) {
+        float* w = m.data.data() + r * cols + g * gs;
+        const float* G = gram.data() + g * gs * gs;
+        float amax = 0;
+        for (int64_t c = 0; c < gs; ++c) amax = std::max(amax, std::fabs(w[c]));
+        double best = -1;
+        float best_lim = amax;
+        for (int i = 0; i <= kSteps; ++i) {
+          const float lim = amax * (1.0f - float(i) / (2 * kSteps));
+          for (int64_t c = 0; c < gs; ++c) clipped[size_t(c)] = std::clamp(w[c], -lim, lim);
+          fake_int4_group(clipped.data(), gs, q.data());
+          for (int64_t c = 0; c < gs; ++c) d[size_t(c)] = w[c] - q[size_t(c)];
+          double e = 0;
+          for (int64_t a = 0; a < gs; ++a) {
+            float row = 0;
+            for (int64_t b = 0; b < gs; ++b) row += G[a * gs + b] * d[size_t(b)];
+            e += double(d[size_t(a)]) * row;
+          }
+          if (i == 0) before[size_t(r)] += e;
+          if (best < 0 || e < best) {
+            best = e;
+            best_lim = lim;
+          }
+        }
+        after[size_t(r)] += best;
+        for (int64_t c = 0; c < gs; ++c) w[c] = std::clamp(w[c], -best_lim, best_lim);
+      }
+  });
+  double b = 0, a = 0;
+  for (int64_t r = 0; r < rows; ++r) b += before[size_t(r)], a += after[size_t(r)];
+  return {b, a};
+}
+
+// A site's calibration rows as the scaled weights see them: x_i / s_i.
+std::vector<float> scaled_samples(const SiteStats& x, const std::vector<float>& s) {
+  std::vector<float> out(x.samples.size());
+  for (int64_t i = 0; i < x.n_samples; ++i)
+    for (int64_t c = 0; c < x.cols; ++c)
+      out[size_t(i * x.cols + c)] = x.samples[size_t(i * x.cols + c)] / s[size_t(c)];
+  return out;
+}
+
 void scale_columns(HostMatrix& w, const std::vector<float>& s) {
   for (int64_t r = 0; r < w.rows; ++r)
     for (int64_t c = 0; c < w.cols; ++c) w.data[size_t(r * w.cols + c)] *= s[size_t(c)];
@@ -87,7 +163,7 @@ void divide_rows(HostMatrix& w, const std::vector<float>& s) {
 }  // namespace
 
 void apply_awq(ModelWeights& w, const ModelConfig& c, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
-               const std::function<void(const AwqChoice&)>& on_choice) {
+               bool clip, const std::function<void(const AwqChoice&)>& on_choice) {
   KILN_CHECK(int64_t(cal.layers.size()) == c.n_layers, internal, "calibration has {} layers, the model {}",
              cal.layers.size(), c.n_layers);
   const int64_t group = c.n_heads / c.n_kv_heads, hd = c.head_dim;
@@ -95,10 +171,14 @@ void apply_awq(ModelWeights& w, const ModelConfig& c, const Calibration& cal, Th
     LayerWeights& L = w.layers[size_t(l)];
     const auto& sites = cal.layers[size_t(l)];
     std::vector<float> s;
+    AwqChoice chosen[4];  // qkv, o, gate_up, down: reported once the layer is scaled (and clipped)
+    std::vector<float> site_s[4];
+    int next = 0;
     auto report = [&](AwqChoice ch, const char* name) {
       ch.layer = l;
       ch.group = name;
-      if (on_choice) on_choice(ch);
+      site_s[next] = s;
+      chosen[next++] = ch;
     };
 
     // q, k, v: fold 1/s into attn_norm.
@@ -135,6 +215,24 @@ void apply_awq(ModelWeights& w, const ModelConfig& c, const Calibration& cal, Th
     report(search({&L.w_down}, mlp_act, mlp_act.mean_abs(), pool, int4_group, s), "down");
     scale_columns(L.w_down, s);
     divide_rows(L.w_up, s);
+
+    // Clipping, on the layer's final scaled weights (up has had both of its scalings).
+    if (clip) {
+      const LinearSite site_of[4] = {LinearSite::attn_in, LinearSite::attn_out, LinearSite::mlp_in,
+                                     LinearSite::mlp_act};
+      const std::vector<HostMatrix*> clipped[4] = {{&L.wv}, {&L.wo}, {&L.w_gate, &L.w_up}, {&L.w_down}};
+      for (int k = 0; k < 4; ++k) {
+        const SiteStats& x = sites[size_t(site_of[k])];
+        const std::vector<float> xs = scaled_samples(x, site_s[k]);
+        for (HostMatrix* m : clipped[k]) {
+          const auto [before, after] = clip_matrix(*m, xs, x.n_samples, int4_group, pool);
+          chosen[k].clip_error_before += before;
+          chosen[k].clip_error_after += after;
+        }
+      }
+    }
+    for (const AwqChoice& ch : chosen)
+      if (on_choice) on_choice(ch);
   }
 }
 

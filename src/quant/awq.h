@@ -21,9 +21,17 @@
 // are quantized after all folds, so their int4 form already includes 1/s (a row scale commutes
 // with per-row group quantization).
 //
-// Not done (vs the paper): the weight-clipping search (auto_clip), a layer-output objective (kiln
-// measures each matrix's own output error), and sequential re-calibration on the scaled model
-// (activations are those of the unquantized model, one pass, as AWQ's scale search also uses).
+// Then, with `clip` (AWQ's auto_clip, session 9), each int4 group of each row of v, o, gate, up and
+// down is clipped to +-r * amax(group), r in {1, 0.95, ..., 0.5}, for the r that minimizes that
+// group's own output error over the calibration rows (x_g . (w_g - Q(clip(w_g))))^2 summed over
+// rows x, i.e. d^T G d with G = X_g^T X_g, the inputs as the scaled weights see them (x / s). q and
+// k stay unclipped, as in AWQ (the attention scores amplify their errors). r = 1 is a candidate,
+// so on the calibration rows clipping never does worse than not clipping; cross-group error terms
+// are ignored, as AWQ's objective does.
+//
+// Not done (vs the paper): a layer-output objective (kiln measures each matrix's own output
+// error), and sequential re-calibration on the scaled model (activations are those of the
+// unquantized model, one pass, as AWQ's scale search also uses).
 #pragma once
 
 #include <functional>
@@ -42,11 +50,14 @@ struct AwqChoice {
   float alpha = 0;
   double error_rtn = 0;  // output error with plain round-to-nearest (alpha 0)
   double error = 0;      // with the chosen alpha
+  // With clip: the per-group objective summed over the site's clipped matrices (none for q and
+  // k), unclipped and with the chosen ratios (both after the scales); 0 / 0 without clip.
+  double clip_error_before = 0, clip_error_after = 0;
 };
 
-// Rescales `w` in place (fp32; quantize afterwards with the same int4 group preference).
-// `on_choice` reports each group's choice.
+// Rescales `w` in place (fp32; quantize afterwards with the same int4 group preference), and with
+// `clip` clips it as described above. `on_choice` reports each group's choice.
 void apply_awq(ModelWeights& w, const ModelConfig& config, const Calibration& cal, ThreadPool& pool,
-               int64_t int4_group, const std::function<void(const AwqChoice&)>& on_choice);
+               int64_t int4_group, bool clip, const std::function<void(const AwqChoice&)>& on_choice);
 
 }  // namespace kiln::quant

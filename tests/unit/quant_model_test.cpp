@@ -57,7 +57,7 @@ TEST(Awq, FoldsKeepTheFunctionAndTheSearchNeverLosesToRoundToNearest) {
 
   int choices = 0;
   ModelWeights scaled = w;
-  quant::apply_awq(scaled, c, cal, pool, 128, [&](const quant::AwqChoice& ch) {
+  quant::apply_awq(scaled, c, cal, pool, 128, /*clip=*/false, [&](const quant::AwqChoice& ch) {
     ++choices;
     EXPECT_LE(ch.error, ch.error_rtn) << ch.layer << " " << ch.group;
     EXPECT_GE(ch.alpha, 0.0f);
@@ -67,6 +67,40 @@ TEST(Awq, FoldsKeepTheFunctionAndTheSearchNeverLosesToRoundToNearest) {
   // Unquantized, the scaled model computes the same function (folds are exact up to rounding).
   const std::vector<float> after = all_logits(*std::make_unique<CpuBackend>(c, scaled, pool), probe);
   EXPECT_LT(max_abs_diff(before, after), 1e-4 * max_abs(before));
+}
+
+// The clipping search (AWQ's auto_clip): per site the clipped objective is never above the
+// unclipped one (r = 1 is a candidate), q and k are untouched, some groups of the others are
+// clipped (so their largest magnitudes shrink, never grow), and the int4 model's logits are no
+// further from the unquantized model's than with the scales alone on these random weights.
+TEST(Awq, ClippingNeverRaisesTheObjectiveAndLeavesQAndKAlone) {
+  ThreadPool pool(2);
+  const ModelConfig c = test::tiny_config();
+  const ModelWeights w = random_weights(c, 11, 0.5f);
+  const std::vector<int32_t> calib = some_tokens(96, 1), probe = some_tokens(24, 2);
+  quant::Calibration cal = quant::calibrate(c, w, pool, calib, 32, 48);
+  ModelWeights scaled = w, clipped = w;
+  quant::apply_awq(scaled, c, cal, pool, 32, false, nullptr);
+  int sites = 0;
+  quant::apply_awq(clipped, c, cal, pool, 32, true, [&](const quant::AwqChoice& ch) {
+    ++sites;
+    EXPECT_GT(ch.clip_error_before, 0.0) << ch.layer << " " << ch.group;
+    EXPECT_LE(ch.clip_error_after, ch.clip_error_before) << ch.layer << " " << ch.group;
+  });
+  EXPECT_EQ(sites, 4 * c.n_layers);
+  int64_t changed = 0;
+  for (size_t l = 0; l < clipped.layers.size(); ++l) {
+    const LayerWeights &a = scaled.layers[l], &b = clipped.layers[l];
+    EXPECT_EQ(a.wq.data, b.wq.data);
+    EXPECT_EQ(a.wk.data, b.wk.data);
+    for (auto [x, y] : {std::pair{&a.wv, &b.wv}, std::pair{&a.wo, &b.wo}, std::pair{&a.w_gate, &b.w_gate},
+                        std::pair{&a.w_up, &b.w_up}, std::pair{&a.w_down, &b.w_down}})
+      for (size_t i = 0; i < x->data.size(); ++i) {
+        EXPECT_LE(std::fabs(y->data[i]), std::fabs(x->data[i]));
+        changed += y->data[i] != x->data[i];
+      }
+  }
+  EXPECT_GT(changed, 0);
 }
 
 TEST(QuantizedModel, Int8AndInt4StayCloseAndFp8QuantizesActivations) {
