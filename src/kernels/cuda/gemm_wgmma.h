@@ -65,7 +65,8 @@ int gemm_wgmma_multicast_max_active(int bn);
 // rows, so each tile ends as 128 columns of h (gemm_wgmma_persistent.cu). The same bits as the
 // gate/up GEMM then silu_mul. can_run: sm_90a, the shape limits, inter % 128 == 0, h 16-byte
 // aligned, and the plan picks that configuration for the unfused (M, 2 inter) GEMM. The launch
-// returns false and launches nothing where can_run is false.
+// expects operands can_run accepted (matmul.h's gemm_swiglu checks once); it returns false and
+// launches nothing only if a tensor map cannot be made.
 bool gemm_wgmma_swiglu_can_run(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, int64_t inter, int64_t K);
 bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K,
                        cudaStream_t stream);

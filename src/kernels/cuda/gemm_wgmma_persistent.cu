@@ -376,9 +376,12 @@ void launch_persistent(const bf16* w, const bf16* bias, void* y, OutMode mode, i
                                          C::kSmemBytes));
     configured = true;
   }
+  // W's map: BN rows a box, or for SwiGLU (N = I output columns) 2I rows in boxes of BN / 2, the
+  // gate half and the up half loaded separately.
   CUtensorMap mw;
-  KILN_CUDA_REQUIRE(wgmma_make_map(&mw, w, N, K, C::BN), "gemm v5: tensor map");
-  const int64_t tiles = ((M + P_BM - 1) / P_BM) * ((N + C::BN - 1) / C::BN);
+  KILN_CUDA_REQUIRE(wgmma_make_map(&mw, w, C::SWIGLU ? 2 * N : N, K, C::SWIGLU ? C::BN / 2 : C::BN),
+                    "gemm v5: tensor map");
+  const int64_t tiles = ((M + P_BM - 1) / P_BM) * ((N + C::BN_OUT - 1) / C::BN_OUT);
   const unsigned grid = unsigned(std::min<int64_t>(tiles, sms));
   gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(mx, mw, my, bias, y, mode, M, N, K);
   KILN_CUDA_CHECK_LAUNCH();
@@ -522,23 +525,9 @@ bool gemm_wgmma_swiglu_can_run(const bf16* x, const bf16* w_gu, const bf16* h, i
 
 bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K,
                        cudaStream_t stream) {
-  using C = PCfgCo256TSwiglu;
-  if (!gemm_wgmma_swiglu_can_run(x, w_gu, h, M, inter, K)) return false;
-  static bool configured = false;  // raising the dynamic shared-memory limit once is enough
-  if (!configured) {
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_persistent_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         C::kSmemBytes));
-    configured = true;
-  }
-  CUtensorMap mx, mw, my;
-  if (!wgmma_make_map(&mx, x, M, K, P_BM) || !wgmma_make_map(&mw, w_gu, 2 * inter, K, C::BN / 2) ||
-      !wgmma_make_map(&my, h, M, inter, 64))
-    return false;
-  const int64_t tiles = ceil_div(M, P_BM) * (inter / C::BN_OUT);
-  const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sms()));
-  gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(mx, mw, my, nullptr, h,
-                                                                             OutMode::store_bf16, M, inter, K);
-  KILN_CUDA_CHECK_LAUNCH();
+  CUtensorMap mx, my;
+  if (!wgmma_make_map(&mx, x, M, K, P_BM) || !wgmma_make_map(&my, h, M, inter, 64)) return false;
+  launch_persistent<PCfgCo256TSwiglu>(w_gu, nullptr, h, OutMode::store_bf16, M, inter, K, device_sms(), stream, mx, my);
   return true;
 }
 
