@@ -51,6 +51,27 @@ inline std::vector<float> from_device_bf16(const DeviceBuffer<bf16>& d) {
   return out;
 }
 
+// Runs run(y) on a fresh output of n values for `mode` (bf16, or fp32: poisoned, or holding y0 for
+// add_f32, the residual it adds into), waits for the device, and returns the output as floats.
+template <class F>
+std::vector<float> run_into_output(cuda::OutMode mode, size_t n, std::span<const float> y0, F&& run) {
+  if (mode == cuda::OutMode::store_bf16) {
+    DeviceBuffer<bf16> y(n);
+    y.poison();
+    run(static_cast<void*>(y.data()));
+    cuda::cuda_synchronize();
+    return from_device_bf16(y);
+  }
+  DeviceBuffer<float> y(n);
+  if (mode == cuda::OutMode::add_f32)
+    y.upload(y0);
+  else
+    y.poison();
+  run(static_cast<void*>(y.data()));
+  cuda::cuda_synchronize();
+  return y.to_host();
+}
+
 // ||out - ref|| / ||ref|| in double; +inf when any output is NaN or inf, so NaN never passes.
 inline double rel_error(std::span<const float> out, std::span<const float> ref) {
   if (out.size() != ref.size()) return INFINITY;

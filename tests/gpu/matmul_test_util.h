@@ -39,7 +39,6 @@ inline void check_matmul(Shape s, cuda::OutMode mode, bool bias, Path path, int 
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
 
   auto dx = to_device_bf16(x), dw = to_device_bf16(w), db = to_device_bf16(b);
-  std::vector<float> out;
   auto run = [&](void* y) {
     const bf16* bp = bias ? db.data() : nullptr;
     if (path == Path::gemm)
@@ -48,22 +47,8 @@ inline void check_matmul(Shape s, cuda::OutMode mode, bool bias, Path path, int 
       cuda::gemv_version(version, dx.data(), dw.data(), bp, y, mode, s.m, s.n, s.k, nullptr);
     else
       cuda::matmul(dx.data(), dw.data(), bp, y, mode, s.m, s.n, s.k, nullptr);
-    cuda::cuda_synchronize();
   };
-  if (mode == cuda::OutMode::store_bf16) {
-    DeviceBuffer<bf16> y(ref.size());
-    y.poison();
-    run(y.data());
-    out = from_device_bf16(y);
-  } else {
-    DeviceBuffer<float> y(ref.size());
-    if (mode == cuda::OutMode::add_f32)
-      y.upload(y0);
-    else
-      y.poison();
-    run(y.data());
-    out = y.to_host();
-  }
+  const std::vector<float> out = run_into_output(mode, ref.size(), y0, run);
   double tol = mode == cuda::OutMode::store_bf16 ? kTolBf16Out : kTolF32Out;
   EXPECT_LT(rel_error(out, ref), tol);
 }
@@ -101,21 +86,7 @@ struct SplitCase {
 // Runs fn(y) into a fresh output buffer of `mode` (poisoned, or y0 for add_f32) and returns y as floats.
 template <class F>
 std::vector<float> run_out(const SplitCase& c, cuda::OutMode mode, F&& fn) {
-  if (mode == cuda::OutMode::store_bf16) {
-    DeviceBuffer<bf16> y(c.ref.size());
-    y.poison();
-    fn(static_cast<void*>(y.data()));
-    cuda::cuda_synchronize();
-    return from_device_bf16(y);
-  }
-  DeviceBuffer<float> y(c.ref.size());
-  if (mode == cuda::OutMode::add_f32)
-    y.upload(c.y0);
-  else
-    y.poison();
-  fn(static_cast<void*>(y.data()));
-  cuda::cuda_synchronize();
-  return y.to_host();
+  return run_into_output(mode, c.ref.size(), c.y0, fn);
 }
 
 // The case's CPU reference (plus y0 for add_f32) against a kernel's output, within the output's tolerance.

@@ -60,23 +60,8 @@ void check(const Case& c, OutMode mode, bool bias, uint32_t seed) {
   cuda::QScratch scratch{wscratch.data(), int64_t(wscratch.size()), xq.data(), xs.data(), c.m * c.k, c.m};
   auto run = [&](void* y) {
     cuda::qmatmul(dx.data(), dw.view(), bias ? db.data() : nullptr, y, mode, c.m, nullptr, {}, scratch);
-    cuda::cuda_synchronize();
   };
-  std::vector<float> out;
-  if (mode == OutMode::store_bf16) {
-    DeviceBuffer<bf16> y(ref.size());
-    y.poison();
-    run(y.data());
-    out = from_device_bf16(y);
-  } else {
-    DeviceBuffer<float> y(ref.size());
-    if (mode == OutMode::add_f32)
-      y.upload(y0);
-    else
-      y.poison();
-    run(y.data());
-    out = y.to_host();
-  }
+  const std::vector<float> out = run_into_output(mode, ref.size(), y0, run);
   const bool dequant_path = c.format != QuantFormat::fp8 && c.m > cuda::kQGemvSliceRows;
   const bool fp8_gemm_path = c.format == QuantFormat::fp8 && c.m > cuda::kGemvMaxRows && cuda::fp8_gemm_available();
   const double tol = mode == OutMode::store_bf16 || dequant_path ? kTolBf16Out : fp8_gemm_path ? kTolFp8Gemm : kTolF32Out;
