@@ -253,6 +253,14 @@ TEST(GpuMatmul, GemmReduceAddMatchesRegisterAdd) {
         const std::vector<float> got = run(v), want = run(twin);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "v" << v << " vs v" << twin;
       }
+      // The default (v5's plan, which takes the reduce-add tiles for add_f32 since session 10) gives
+      // the bits of the register epilogue of the tile width its plan picks: 128x256 (v8), 128x192
+      // (v7), else 128x128 (v6 = v4's wgmmas).
+      if (s.n % 4 != 0) continue;
+      const int plan = cuda::gemm_wgmma_persistent_plan(s.m, s.n, s.k);
+      const int twin = plan == 3 || plan == 4 ? 8 : plan == 2 || plan == 8 ? 7 : 6;
+      const std::vector<float> got = run(0), want = run(twin);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "default vs v" << twin;
     }
 }
 

@@ -57,7 +57,9 @@
 //   v4 / v7): what the register epilogue costs the one-round M = 512 tiles.
 //   v18 / v19: v5's configs 9 / 10, cooperative 128x256 / 128x128 adding into the fp32 add_f32
 //   target through TMA reduce-adds (else v8 / v4): the residual-add products (o, down). Written
-//   without a GPU at the end of session 9; kernel_lab --gemm-add times them.
+//   without a GPU at the end of session 9; kernel_lab --gemm-add times them. Measured (session 10
+//   run 1): o / down M = 512 (v19 vs v4) 30.0 / 84.2 vs 35.2 / 90.7 us, M = 2048 and 4096 (v18 vs
+//   v8) 2.3-5.1% faster; v5's plan now takes them for add_f32 (gemm_wgmma_persistent.cu).
 // Split-K (gemm_splitk, batched decode 16 < M <= 256; design in matmul.h): the v2 kernel and v4's
 // wgmma kernel take a K range per grid z (k_tiles_per_split) and write fp32 partials to slice z of
 // a workspace; splitk_reduce_kernel sums the slices in a fixed order and applies the epilogue.

@@ -481,6 +481,12 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
                        reinterpret_cast<uintptr_t>(y) % 16 == 0;
   if (config <= 0 || config > 10) {
     config = plan(M, N, sms, tma_epi);
+    // A residual add (o, down) takes the same tiles with the TMA reduce-add epilogue: 128x256 for
+    // config 3, 128x128 for a single round of v4 tiles (session 10, kernel_lab --gemm-add, same run:
+    // o M = 512 35.2 -> 30.0 us, down M = 512 90.7 -> 84.2, o / down M = 2048 -3.3% / -2.3%,
+    // M = 4096 -5.1% / -2.4%). KILN_GEMM_TMA_ADD=0: the register epilogue (the old plan).
+    static const bool tma_add_plan = env_switch_on("KILN_GEMM_TMA_ADD");
+    if (tma_add && tma_add_plan && (config == 3 || config == 0)) config = config == 3 ? 9 : 10;
     if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
   }
   if (config == 4 && !tma_epi) config = 3;
