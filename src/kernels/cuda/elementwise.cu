@@ -166,8 +166,8 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
 }
 
-// The batched steps' variant (rope_qkv_slots with n >= kRopeVecMinTokens, full-width rotation):
-// one thread per 16 bytes. The per-token kernel above gives a 1024-thread block 2.5 scalar pairs a
+// The many-token variant (rope_qkv_slots, and since session 10 rope_qkv, with n >=
+// kRopeVecMinTokens and full-width rotation): one thread per 16 bytes. The per-token kernel above gives a 1024-thread block 2.5 scalar pairs a
 // thread (its shape is for one-token latency); at 2048 tokens it ran at 1128 GB/s, 27% of the copy
 // ceiling (44.6 us a layer, 2.9% of the pp2048 step, H200 profile). Items of a token: the rotated
 // q and k heads (interleaved: 8 elements = 4 adjacent pairs; halves: pairs i0 .. i0 + 7, i.e. 8
@@ -198,12 +198,16 @@ __host__ __device__ constexpr int rope_vec_rot_items(int heads, int head_dim, bo
   return interleaved ? heads * head_dim / 8 : heads * head_dim / 16;
 }
 
+// kSlots: K/V rows by slot of a paged pool (the batched steps); else at (seq_ids[t] or 0, position)
+// of a contiguous cache (a prompt's prefill chunk: 1439 us a pp2048 step through the per-token
+// kernel, 27% of the copy roof, session 9 profile).
+template <bool kSlots>
 __global__ void __launch_bounds__(kRopeVecThreads)
-    rope_qkv_slots_vec_kernel(const bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
-                              const int32_t* __restrict__ slots, const float* __restrict__ inv_freq,
-                              const float2* __restrict__ cos_sin, int64_t cos_sin_positions, int64_t n,
-                              bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* __restrict__ q_out,
-                              KvLayout kv) {
+    rope_qkv_vec_kernel(const bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
+                        const int32_t* __restrict__ seq_ids, const int32_t* __restrict__ slots,
+                        const float* __restrict__ inv_freq, const float2* __restrict__ cos_sin,
+                        int64_t cos_sin_positions, int64_t n, bool interleaved, int n_heads, int n_kv_heads,
+                        int head_dim, bf16* __restrict__ q_out, KvLayout kv) {
   pdl_wait();  // qkv comes from the GEMM before this kernel
   pdl_launch_dependents();
   const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, half = head_dim / 2;
@@ -214,20 +218,28 @@ __global__ void __launch_bounds__(kRopeVecThreads)
   const int64_t t = idx / per_token;
   const int item = int(idx - t * per_token);
   const bf16* row = qkv + t * (q_dim + 2 * kv_dim);  // [q | k | v]
-  const int64_t slot = slots[t];
+  const int64_t pos = positions[t];
+  const int64_t slot = kSlots ? int64_t(slots[t]) : -1;
+  const int seq = !kSlots && seq_ids ? seq_ids[t] : 0;
+  auto kv_at = [&](int h) {
+    if constexpr (kSlots) {
+      return kv.slot_offset(slot, h);
+    } else {
+      return kv.offset_as<false>(seq, pos, h);
+    }
+  };
   if (item >= rot_items) {  // v: copied into the cache
     const int j = (item - rot_items) * 8, h = j / head_dim;
-    *reinterpret_cast<uint4*>(kv.v + kv.slot_offset(slot, h) + (j - h * head_dim)) =
+    *reinterpret_cast<uint4*>(kv.v + kv_at(h) + (j - h * head_dim)) =
         *reinterpret_cast<const uint4*>(row + q_dim + kv_dim + j);
     return;
   }
-  const int64_t pos = positions[t];
   const int e = item * 8;  // its first element (interleaved) or pair (halves) over all rotated heads
   // interleaved: elements e .. e + 7 of head h; halves: pairs i0 .. i0 + 7 of head h
   const int h = interleaved ? e / head_dim : e / half;
   const int d0 = interleaved ? e - h * head_dim : e - h * half;
   const bf16* src = row + h * head_dim;
-  bf16* dst = h < n_heads ? q_out + t * q_dim + h * head_dim : kv.k + kv.slot_offset(slot, h - n_heads);
+  bf16* dst = h < n_heads ? q_out + t * q_dim + h * head_dim : kv.k + kv_at(h - n_heads);
   float a[8], b[8], oa[8], ob[8];
   if (interleaved) {
     bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), a);
@@ -330,6 +342,23 @@ void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// Whether rope_qkv_vec_kernel takes these n tokens: enough of them, full-width rotation, 16-byte
+// vectors everywhere (the cache's rows and sequences whole multiples of 8 elements). KILN_ROPE_VEC=0
+// keeps the per-token kernel (for same-run comparison).
+bool rope_vec_ok(int64_t n, int rot_dim, int head_dim, const KvLayout& kv, const bf16* qkv, const bf16* q_out) {
+  static const bool vec_on = env_switch_on("KILN_ROPE_VEC");
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return vec_on && n >= kRopeVecMinTokens && n < (int64_t(1) << 31) && rot_dim == head_dim && head_dim % 16 == 0 &&
+         kv.pos_stride % 8 == 0 && kv.seq_stride % 8 == 0 && aligned(qkv) && aligned(q_out) && aligned(kv.k) &&
+         aligned(kv.v);
+}
+dim3 rope_vec_grid(int64_t n, bool interleaved, int n_heads, int n_kv_heads, int head_dim) {
+  const int64_t per_token = rope_vec_rot_items(n_heads + n_kv_heads, head_dim, interleaved) + n_kv_heads * head_dim / 8;
+  return dim3(unsigned((n * per_token + kRopeVecThreads - 1) / kRopeVecThreads));
+}
+}  // namespace
+
 void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids, int64_t n, const float* inv_freq,
               int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim, bf16* q_out, KvLayout kv,
               cudaStream_t stream, const float2* cos_sin, int64_t cos_sin_positions) {
@@ -339,6 +368,13 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
     KILN_CUDA_REQUIRE(seq_ids == nullptr, "rope_qkv: a quantized contiguous cache is written for sequence 0 only");
     return rope_qkv_quant(qkv, positions, nullptr, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim,
                           q_out, kv, stream, cos_sin, cos_sin_positions);
+  }
+  if (rope_vec_ok(n, rot_dim, head_dim, kv, qkv, q_out)) {
+    launch_pdl(rope_qkv_vec_kernel<false>, rope_vec_grid(n, interleaved, n_heads, n_kv_heads, head_dim),
+               dim3(kRopeVecThreads), 0, stream, qkv, positions, seq_ids, static_cast<const int32_t*>(nullptr),
+               inv_freq, cos_sin, cos_sin_positions, n, interleaved, n_heads, n_kv_heads, head_dim, q_out, kv);
+    KILN_CUDA_CHECK_LAUNCH();
+    return;
   }
   launch_pdl(rope_qkv_kernel<false>, dim3(unsigned(n)), dim3(kRopeThreads), 0, stream, qkv, positions, seq_ids,
              static_cast<const int32_t*>(nullptr), inv_freq, cos_sin, cos_sin_positions, rot_dim, interleaved, n_heads,
@@ -355,16 +391,10 @@ void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* sl
     return rope_qkv_quant(qkv, positions, slots, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim,
                           q_out, pool, stream, cos_sin, cos_sin_positions);
   KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  // KILN_ROPE_VEC=0 keeps the per-token kernel (for same-run comparison).
-  static const bool vec_on = env_switch_on("KILN_ROPE_VEC");
-  if (vec_on && n >= kRopeVecMinTokens && rot_dim == head_dim && head_dim % 16 == 0 && pool.pos_stride % 8 == 0 &&
-      aligned(qkv) && aligned(q_out) && aligned(pool.k) && aligned(pool.v)) {
-    const int64_t per_token = rope_vec_rot_items(n_heads + n_kv_heads, head_dim, interleaved) + n_kv_heads * head_dim / 8;
-    const int64_t items = n * per_token;
-    launch_pdl(rope_qkv_slots_vec_kernel, dim3(unsigned((items + kRopeVecThreads - 1) / kRopeVecThreads)),
-               dim3(kRopeVecThreads), 0, stream, qkv, positions, slots, inv_freq, cos_sin, cos_sin_positions, n,
-               interleaved, n_heads, n_kv_heads, head_dim, q_out, pool);
+  if (rope_vec_ok(n, rot_dim, head_dim, pool, qkv, q_out)) {
+    launch_pdl(rope_qkv_vec_kernel<true>, rope_vec_grid(n, interleaved, n_heads, n_kv_heads, head_dim),
+               dim3(kRopeVecThreads), 0, stream, qkv, positions, static_cast<const int32_t*>(nullptr), slots,
+               inv_freq, cos_sin, cos_sin_positions, n, interleaved, n_heads, n_kv_heads, head_dim, q_out, pool);
     KILN_CUDA_CHECK_LAUNCH();
     return;
   }
