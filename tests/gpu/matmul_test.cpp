@@ -32,6 +32,18 @@ TEST(GpuMatmul, GemvEveryVersion) {
         for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 0, Path::gemv, v);
 }
 
+// v5 (gemv_wgmma.cu: TMA + wgmma, K split over a cluster of up to 8 blocks) where a row tile's
+// splits are many and ragged: N = 300 (3 row tiles, the last 44 rows), K = 4104 (65 K steps: 8
+// splits of 9, the last of 2, the last step 8 wide); N = 131 K = 200 (2 splits, 4 steps); M on both
+// sides of the n8 / n16 boundary. On a device without sm_90a they run v2 (the fallback).
+TEST(GpuMatmul, GemvWgmmaClusterSplits) {
+  KILN_REQUIRE_GPU();
+  for (int v : {5})
+    for (int64_t m : {1, 3, 8, 9, 16})
+      for (Shape s : {Shape{m, 300, 4104}, Shape{m, 131, 200}})
+        for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 1, Path::gemv, v);
+}
+
 // v3 (split-K across blocks) at every M on odd shapes: N = 37 (3 row blocks: many splits, ragged
 // last tile) and 4500 (282 row blocks: < 4 per SM on an H200, the default-v3 range); K = 4104 (513
 // chunks: S = 5 with a 1-chunk last split) and 1000 (125 chunks: 256-element splits, ragged last).

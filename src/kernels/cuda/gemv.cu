@@ -63,6 +63,19 @@
 //   were not what kept the bytes off the bus: halving the loads per stage halves what a warp has in
 //   flight at its first (largest) request, and with 8-16 warps per SM the others fill the gaps
 //   anyway. Kept as a lab version (the evidence); the default is v2.
+//   v5: gemv_wgmma.cu (sm_90a): TMA boxes of (128 weight rows, 64 K) into a 4-stage shared ring,
+//       wgmma m64nNk16 with W as A and the activation rows as an n8 / n16 B (x read once per 128
+//       rows, not once per 16), K split over a thread-block cluster of up to 8 blocks whose partials
+//       meet through distributed shared memory. Aimed at the big shapes, where cuBLAS streams W
+//       3-6% faster than v2 at M = 1 and 10-15% faster at M = 16.
+//   Measured (H200, session 10 runs 1-2, same run as v2): slower at M = 1 on every shape (o 15.2
+//       vs 12.5 us, gate_up 61.8 vs 60.0, lm_head 247.5 vs 242.9), ahead by 1-2% only at M = 16 on
+//       gate_up (65.2 vs 66.3) and lm_head (257.1 vs 258.3), still 11% / 5% behind cuBLAS there.
+//       An 8-stage ring (one block per SM) was slower still. Kept as a lab version (the evidence).
+//       Also measured and removed in session 10: v2 with one cp.async.bulk.prefetch.L2 per weight
+//       row at each block's start (the block's whole share requested at once): slower everywhere
+//       (lm_head 313.9 vs 242.9 us, qkv 21.5 vs 16.8; tg128 241.9 with it on the single-wave grids
+//       and 214.2 on all, against 251.0 without).
 //   Two variants measured the same way and removed (code in commit 8ea607b; numbers in
 //   docs/performance/gemv.md, session 7): v4 in 80 registers so 24 warps fit per SM (slower still),
 //   and v2's loop in a persistent grid of 1 or 2 blocks of 8 warps per SM, each warp requesting the
@@ -76,6 +89,7 @@
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
+#include "kernels/cuda/gemv_wgmma.h"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/matmul.h"
 
@@ -399,7 +413,7 @@ bool use_v3(int64_t N, int64_t K) {
 
 }  // namespace
 
-int gemv_versions() { return 4; }
+int gemv_versions() { return 5; }
 
 void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -413,7 +427,10 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else if (version == 4)
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined);
-  else
+  else if (version == 5) {
+    if (!gemv_wgmma(x, w, bias, y, mode, M, N, K, stream))
+      gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);  // not sm_90a, or K % 8 != 0
+  } else
     gemv_v3(x, w, bias, y, mode, m, N, K, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
