@@ -51,6 +51,31 @@ TEST(GpuElementwise, RmsNormWithAndWithoutResidualAdd) {
   }
 }
 
+// From 64 rows rmsnorm takes a warp per row (rmsnorm_rows_kernel): row r of a 300-row call must
+// have the bits of the same row normalized alone (the block kernel), at every dim of the one-pass
+// path (4096: 32 warps of the block; 3584: 28; 576: 5; 64 and 200: 4, partly empty).
+TEST(GpuElementwise, RmsNormManyRowsSameBitsAsOneRow) {
+  KILN_REQUIRE_GPU();
+  for (int64_t dim : {64, 200, 576, 3584, 4096}) {
+    const int64_t rows = 300;
+    auto x = random_bf16_values(size_t(rows * dim), 31, 3.0f);
+    auto w = random_bf16_values(size_t(dim), 32);
+    DeviceBuffer<float> dx(x);
+    auto dw = to_device_bf16(w);
+    DeviceBuffer<bf16> all(x.size()), one(x.size());
+    all.poison();
+    one.poison();
+    cuda::rmsnorm(dx.data(), nullptr, dw.data(), all.data(), rows, dim, 1e-5f, nullptr);
+    for (int64_t r = 0; r < rows; ++r)
+      cuda::rmsnorm(dx.data() + r * dim, nullptr, dw.data(), one.data() + r * dim, 1, dim, 1e-5f, nullptr);
+    const auto a = from_device_bf16(all), b = from_device_bf16(one);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "dim " << dim;
+    std::vector<float> ref(x.size());
+    cpu::rmsnorm(x.data(), w.data(), ref.data(), rows, dim, 1e-5f);
+    EXPECT_LT(rel_error(a, ref), kTolBf16Out) << "dim " << dim;
+  }
+}
+
 TEST(GpuElementwise, RopeQkvBothStylesLlama3ScalingGqa) {
   KILN_REQUIRE_GPU();
   struct Case {
