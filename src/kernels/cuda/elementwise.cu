@@ -102,51 +102,6 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
   }
 }
 
-// rmsnorm_kernel's one-pass path for many rows (prefill chunks, big decode batches): one warp per
-// row instead of one block, so a 4-warp block keeps 4 rows' loads in flight and no row waits on a
-// __syncthreads. The one-pass block kernel holds 2 rows per SM at 4096 values (two 1024-thread
-// blocks): 61% of the copy roof at 2048 rows (pp2048 profile, session 10). Lane l plays thread
-// 32 j + l of that kernel's block for every warp j of it, and the sum replays block_sum's order
-// exactly (each warp's xor tree, then the tree over the warp sums), so a row gets the same bits
-// from either kernel (a batch-invariance requirement: the kernel depends on the row count).
-constexpr int kRmsRowsWarps = 4;
-constexpr int64_t kRmsRowsMin = 64;  // below, the block per row (its weights load before the wait)
-__global__ void __launch_bounds__(kRmsRowsWarps * 32)
-    rmsnorm_rows_kernel(const float* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ out,
-                        int64_t rows, int64_t dim, float eps) {
-  pdl_wait();
-  pdl_launch_dependents();
-  const int lane = threadIdx.x % 32;
-  const int64_t r = int64_t(blockIdx.x) * kRmsRowsWarps + threadIdx.x / 32;
-  if (r >= rows) return;
-  const int quads = int(dim / 4);
-  const int n_warps = max(4, (quads + 31) / 32);  // rmsnorm()'s block: max(128, ...) threads
-  const float4* x4 = reinterpret_cast<const float4*>(x + r * dim);
-  float4 v[32];
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int t = 32 * j + lane;
-    v[j] = j < n_warps && t < quads ? x4[t] : make_float4(0, 0, 0, 0);
-  }
-  float mine = 0.0f;  // warp sum number `lane` of block_sum's first stage
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    if (j >= n_warps) break;
-    float s = v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (j == lane) mine = s;
-  }
-  for (int o = 16; o > 0; o >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, o);
-  const float scale = rsqrtf(mine / float(dim) + eps);
-  const uint2* w4 = reinterpret_cast<const uint2*>(w);
-  uint2* o4 = reinterpret_cast<uint2*>(out + r * dim);
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int t = 32 * j + lane;
-    if (j < n_warps && t < quads) o4[t] = normalized4(v[j], w4[t], scale);
-  }
-}
-
 // One block per token; thread j rotates pair j % (rot_dim/2) of head j / (rot_dim/2), for all q and
 // k heads at once (40 x 64 = 2560 pairs for Llama-3-8B: 2.5 per thread of a 1024-thread block).
 // The first version gave each thread one pair for every head in turn: 40 dependent
@@ -383,17 +338,6 @@ void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_
                       : dim >= 4096                ? 1024
                       : dim >= 1024                ? 512
                                                    : 128;
-  // Many rows: a warp per row, the same bits (rmsnorm_rows_kernel). KILN_RMSNORM_ROWS=0: always the
-  // block per row (same-run comparison).
-  static const bool rows_on = env_switch_on("KILN_RMSNORM_ROWS");
-  if (rows_on && delta == nullptr && dim % 4 == 0 && dim <= 4096 && rows >= kRmsRowsMin &&
-      reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0 &&
-      reinterpret_cast<uintptr_t>(weight) % 8 == 0) {
-    launch_pdl(rmsnorm_rows_kernel, dim3(unsigned((rows + kRmsRowsWarps - 1) / kRmsRowsWarps)),
-               dim3(kRmsRowsWarps * 32), 0, stream, static_cast<const float*>(x), weight, out, rows, dim, eps);
-    KILN_CUDA_CHECK_LAUNCH();
-    return;
-  }
   launch_pdl(rmsnorm_kernel, dim3(unsigned(rows)), dim3(threads), 0, stream, x, delta, weight, out, dim, eps);
   KILN_CUDA_CHECK_LAUNCH();
 }
