@@ -32,7 +32,7 @@ int gemm_wgmma_sms();
 // 7 / 8 = cooperative 128x128 / 128x192 with a TMA-store epilogue (else v4 / 2; session 9: what
 // auto takes for bf16 outputs at M > 256 where it would pick v4, 1 or 2), 9 / 10 = cooperative
 // 128x256 / 128x128 adding into an fp32 add_f32 target through TMA reduce-adds (N % 4 == 0; else
-// 3 / v4; session 9, lab, not in auto's plan).
+// 3 / v4; since session 10 what auto takes for add_f32 outputs where it would pick 3 / v4).
 // Returns false and launches nothing where it cannot run (as gemm_wgmma).
 bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
                            int64_t M, int64_t N, int64_t K, cudaStream_t stream);
