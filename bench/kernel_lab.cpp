@@ -136,8 +136,8 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
       if (!gemm && (m == 1 || m == 16)) {
         // In sequence (time_in_sequence; o after the attention combine, down after gate/up in the
-        // decode step): the default, v2 (gemv_mma.cuh's plain loop), v5 (gemv_wgmma.cu), cuBLAS.
-        for (const int ver : {2, 5, 0}) {
+        // decode step): the default, v2 (gemv_mma.cuh's plain loop), v5 / v6 (gemv_wgmma.cu), cuBLAS.
+        for (const int ver : {2, 5, 6, 0}) {
           const double t_seq = time_in_sequence([&](int c) {
             gemv_version(ver, x.data(), w[size_t(c % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n,
                          s.k, nullptr);

@@ -32,13 +32,14 @@ TEST(GpuMatmul, GemvEveryVersion) {
         for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 0, Path::gemv, v);
 }
 
-// v5 (gemv_wgmma.cu: TMA + wgmma, K split over a cluster of up to 8 blocks) where a row tile's
+// v5 (gemv_wgmma.cu: TMA + wgmma, K split over a cluster of up to 8 blocks) and v6 (the same tiles
+// persistent, K splits reduced by the last unit to arrive) where a row tile's
 // splits are many and ragged: N = 300 (3 row tiles, the last 44 rows), K = 4104 (65 K steps: 8
 // splits of 9, the last of 2, the last step 8 wide); N = 131 K = 200 (2 splits, 4 steps); M on both
 // sides of the n8 / n16 boundary. On a device without sm_90a they run v2 (the fallback).
 TEST(GpuMatmul, GemvWgmmaClusterSplits) {
   KILN_REQUIRE_GPU();
-  for (int v : {5})
+  for (int v : {5, 6})
     for (int64_t m : {1, 3, 8, 9, 16})
       for (Shape s : {Shape{m, 300, 4104}, Shape{m, 131, 200}})
         for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 1, Path::gemv, v);

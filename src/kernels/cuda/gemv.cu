@@ -72,6 +72,15 @@
 //       vs 12.5 us, gate_up 61.8 vs 60.0, lm_head 247.5 vs 242.9), ahead by 1-2% only at M = 16 on
 //       gate_up (65.2 vs 66.3) and lm_head (257.1 vs 258.3), still 11% / 5% behind cuBLAS there.
 //       An 8-stage ring (one block per SM) was slower still. Kept as a lab version (the evidence).
+//   v6: gemv_wgmma.cu, v5's tiles in cuBLAS's layout for these shapes (ncu, session 10 call 5:
+//       nvjet_sm90_tst_128x8_64x12 etc., one block per SM, an 11-12 stage TMA ring): a persistent
+//       grid, a 12-stage ring running on across (row tile, K split) units, splits reduced by the
+//       last unit of a tile to arrive (static workspace, counters). Measured (runs 6-7, same run as
+//       v2 and cuBLAS): ahead of v2 only on lm_head at M = 16 (253.6-256.5 vs 261.1 us, level with
+//       cuBLAS's 253.4-253.7); gate_up M = 1 / 16 60.9 / 68.0 us with one split (v2 60.2 / 66.7,
+//       cuBLAS 58.3 / 59.3); the split shapes slower (qkv 26.3 vs 16.9, o 14.9 vs 12.4). cuBLAS's
+//       kernel of the same tile, ring and grid streams faster: what it does differently (two
+//       consumer warpgroups, a 2x1 cluster) was not isolated. Kept as a lab version.
 //       Also measured and removed in session 10: v2 with one cp.async.bulk.prefetch.L2 per weight
 //       row at each block's start (the block's whole share requested at once): slower everywhere
 //       (lm_head 313.9 vs 242.9 us, qkv 21.5 vs 16.8; tg128 241.9 with it on the single-wave grids
@@ -413,7 +422,7 @@ bool use_v3(int64_t N, int64_t K) {
 
 }  // namespace
 
-int gemv_versions() { return 5; }
+int gemv_versions() { return 6; }
 
 void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M,
                   int64_t N, int64_t K, cudaStream_t stream) {
@@ -427,9 +436,10 @@ void gemv_version(int version, const bf16* x, const bf16* w, const bf16* bias, v
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);
   else if (version == 4)
     gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::pipelined);
-  else if (version == 5) {
-    if (!gemv_wgmma(x, w, bias, y, mode, M, N, K, stream))
-      gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);  // not sm_90a, or K % 8 != 0
+  else if (version == 5 || version == 6) {
+    const bool ran = version == 5 ? gemv_wgmma(x, w, bias, y, mode, M, N, K, stream)
+                                  : gemv_wgmma_persistent(x, w, bias, y, mode, M, N, K, stream);
+    if (!ran) gemv_v2(x, w, bias, y, mode, m, N, K, stream, GemvLoop::plain);  // not sm_90a, or K % 8 != 0
   } else
     gemv_v3(x, w, bias, y, mode, m, N, K, stream);
   KILN_CUDA_CHECK_LAUNCH();

@@ -1,4 +1,4 @@
-// Decode GEMV on Hopper (sm_90a), gemv.cu's version 5: y(M, N) = x(M, K) . W(N, K)^T for
+// Decode GEMV on Hopper (sm_90a), gemv.cu's versions 5 and 6 (v6, persistent: further down): y(M, N) = x(M, K) . W(N, K)^T for
 // M <= 16, the weights streamed by TMA into a shared-memory ring and multiplied by wgmma with W as
 // the A operand ("swap AB": 64 weight rows per wgmma, the <= 16 activation rows as its n8 / n16 B
 // operand). A lab version: whether it beats v2 is what the kernel lab measures.
@@ -261,7 +261,262 @@ bool launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mod
   return true;
 }
 
+// ---- v6: the same tiles in a persistent grid with a deep ring (what cuBLAS runs for these shapes) ----
+//
+// ncu on cuBLAS's bf16 GEMV shapes (session 10, call 5: cublasGemmEx as the lab calls it) shows
+// nvjet_sm90_tst_128x8_64x12 (gate_up M = 1), 128x16_64x11 (M = 16), 256x8_64x6 (lm_head) and
+// split-K 128x8 / 64x8 kernels plus a separate reduce launch (down, o): one block per SM
+// (grid 132), TMA into an 11-12 stage ring of ~220 KB, W rows as the wgmma M dimension. v5 had
+// the tiles but 4 stages, 2-3 short-lived blocks per SM and a cluster barrier per block.
+// v6 keeps v5's tile (128 weight rows x NB activation rows, 64-wide K steps) in one block per SM
+// with a 12-stage ring that runs on across the block's work units, so the producer streams the
+// next unit's weights while the consumer finishes a unit. Units are (row tile, K split), split
+// count S from N, K and the SM count only (the rounds of units times the steps of one, smallest S
+// on a tie; not M). S > 1: each unit's fp32 partial goes to a static workspace and the last unit
+// of a tile to arrive (atomic counter, reset by that unit) sums the S partials in split order, adds
+// the bias and stores: deterministic, no second launch. Under PDL the producer issues the first 12
+// stages' weight boxes (192 KB a block) before it waits for the previous kernel, then their x boxes.
+// Not safe for two v6 launches running at once on different streams (they share the workspace).
+constexpr int kPStages = 12;
+constexpr int kPMaxSplits = 16;
+constexpr int kPMaxTiles = 8192;                             // row tiles of a split launch
+constexpr int64_t kPWorkspaceFloats = int64_t(4) << 20;      // 16 MB: S x 16 x N of a split launch
+__device__ float g_v6_part[kPWorkspaceFloats];
+__device__ unsigned g_v6_count[kPMaxTiles];
+
+template <int NB>
+__global__ void __launch_bounds__(GW_THREADS, 1)
+    gemv_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
+                                 const bf16* __restrict__ bias, void* __restrict__ y, OutMode mode, int m_actual,
+                                 int64_t N, int64_t K, int splits, int steps_per_split, int units) {
+#ifdef KILN_WGMMA_DEVICE
+  using C = GwCfg<NB, kPStages>;
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int last_flag;
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sa0 = smem_u32(smem);
+  const uint32_t sb0 = sa0 + kPStages * C::kABytes;
+  const uint32_t full0 = sb0 + kPStages * C::kBBytes;
+  const uint32_t empty0 = full0 + kPStages * 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int total_steps = int((K + GW_BK - 1) / GW_BK);
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kPStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == 4) {  // producer
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
+      int kx[kPStages];  // K coordinates of the steps issued before the wait (their x boxes follow it)
+      bool waited = false;
+      int g = 0;  // steps issued by this block
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const int tile = u / splits, kt0 = (u % splits) * steps_per_split;
+        const int n = min(total_steps - kt0, steps_per_split);
+        for (int st = 0; st < n; ++st, ++g) {
+          if (!waited && g == kPStages) {
+            pdl_wait();
+            pdl_launch_dependents();
+            for (int i = 0; i < kPStages; ++i) tma_load_2d(sb0 + i * C::kBBytes, &map_x, full0 + 8 * i, kx[i], 0);
+            waited = true;
+          }
+          const int s = g % kPStages;
+          mbar_wait(empty0 + 8 * s, (uint32_t(g / kPStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(full0 + 8 * s, C::kStageBytes);
+          const int k = (kt0 + st) * GW_BK;
+          tma_load_2d(sa0 + s * C::kABytes, &map_w, full0 + 8 * s, k, tile * GW_BM);
+          if (waited)
+            tma_load_2d(sb0 + s * C::kBBytes, &map_x, full0 + 8 * s, k, 0);
+          else
+            kx[g] = k;
+        }
+      }
+      if (!waited) {
+        pdl_wait();
+        pdl_launch_dependents();
+        for (int i = 0; i < g; ++i) tma_load_2d(sb0 + i * C::kBBytes, &map_x, full0 + 8 * i, kx[i], 0);
+      }
+    } else {
+      pdl_wait();
+      pdl_launch_dependents();
+    }
+    return;
+  }
+
+  // Consumer warpgroup.
+  pdl_wait();
+  pdl_launch_dependents();
+  int g = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int tile = u / splits, split = u % splits, kt0 = split * steps_per_split;
+    const int n = min(total_steps - kt0, steps_per_split);
+    float acc[2][NB / 2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < NB / 2; ++i) acc[h][i] = 0.0f;
+    for (int st = 0; st < n; ++st, ++g) {
+      const int s = g % kPStages;
+      mbar_wait(full0 + 8 * s, uint32_t(g / kPStages) & 1);
+      const uint64_t da0 = sw128_desc(sa0 + s * C::kABytes);
+      const uint64_t da1 = sw128_desc(sa0 + s * C::kABytes + 64 * 128);
+      const uint64_t db = sw128_desc(sb0 + s * C::kBBytes);
+      fence_acc<NB / 2>(acc[0]);
+      fence_acc<NB / 2>(acc[1]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < GW_BK / 16; ++k) {
+        wgmma_bn<NB>(acc[0], da0 + 2 * k, db + 2 * k);
+        wgmma_bn<NB>(acc[1], da1 + 2 * k, db + 2 * k);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous step's wgmmas have retired
+      fence_acc<NB / 2>(acc[0]);
+      fence_acc<NB / 2>(acc[1]);
+      if (st > 0 && threadIdx.x == 0) mbar_arrive(empty0 + 8 * ((g - 1) % kPStages));
+    }
+    wgmma_wait<0>();
+    fence_acc<NB / 2>(acc[0]);
+    fence_acc<NB / 2>(acc[1]);
+    if (threadIdx.x == 0) mbar_arrive(empty0 + 8 * ((g - 1) % kPStages));  // the unit's last step
+
+    // acc[h][4j + e]: weight row 64h + 16 warp + lane / 4 + 8 (e >> 1) of the tile, activation row
+    // 8j + 2 (lane % 4) + (e & 1).
+    const int64_t n0 = int64_t(tile) * GW_BM;
+    if (splits == 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < NB / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t row = n0 + 64 * h + 16 * warp + lane / 4 + 8 * (e >> 1);
+            const int act = 8 * j + 2 * (lane % 4) + (e & 1);
+            if (act < m_actual && row < N)
+              store_out(y, mode, int64_t(act) * N + row, acc[h][4 * j + e] + (bias ? __bfloat162float(bias[row]) : 0.0f));
+          }
+      continue;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < NB / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t row = n0 + 64 * h + 16 * warp + lane / 4 + 8 * (e >> 1);
+          const int act = 8 * j + 2 * (lane % 4) + (e & 1);
+          if (act < m_actual && row < N) g_v6_part[(int64_t(split) * m_actual + act) * N + row] = acc[h][4 * j + e];
+        }
+    __threadfence();
+    named_bar_sync(1, 128);
+    if (threadIdx.x == 0) last_flag = atomicAdd(&g_v6_count[tile], 1u) == unsigned(splits - 1);
+    named_bar_sync(1, 128);
+    if (!last_flag) continue;
+    __threadfence();
+    // Thread r sums row n0 + r for every activation row, split by split in order; the loads of 4
+    // splits x NB rows are issued together (a split at a time was a chain of L2 round trips).
+    const int64_t row = n0 + threadIdx.x;
+    if (row < N) {
+      float v[NB];
+#pragma unroll
+      for (int a = 0; a < NB; ++a) v[a] = bias ? __bfloat162float(bias[row]) : 0.0f;
+      for (int q0 = 0; q0 < splits; q0 += 4) {
+        float part[4][NB];
+#pragma unroll
+        for (int dq = 0; dq < 4; ++dq)
+#pragma unroll
+          for (int a = 0; a < NB; ++a)
+            part[dq][a] = q0 + dq < splits && a < m_actual
+                              ? __ldcg(&g_v6_part[(int64_t(q0 + dq) * m_actual + a) * N + row])
+                              : 0.0f;
+#pragma unroll
+        for (int dq = 0; dq < 4; ++dq)
+#pragma unroll
+          for (int a = 0; a < NB; ++a)
+            if (q0 + dq < splits) v[a] += part[dq][a];
+      }
+#pragma unroll
+      for (int a = 0; a < NB; ++a)
+        if (a < m_actual) store_out(y, mode, int64_t(a) * N + row, v[a]);
+    }
+    if (threadIdx.x == 0) g_v6_count[tile] = 0;  // for the next launch
+  }
+#else
+  (void)g_v6_part;
+  (void)g_v6_count;
+  __trap();  // not built for sm_90a: the host never launches this (HopperProbe)
+#endif
+}
+
+// (S, steps per split) for T row tiles of `steps` K steps on `blocks` persistent blocks: the fewest
+// rounds-of-units x steps-per-unit, the smallest S on a tie; S x 16 x N must fit the workspace and
+// T the counters (else S = 1). KILN_GEMV_WGMMA_SPLITS overrides (lab).
+void plan_persistent(int64_t tiles, int64_t N, int steps, int blocks, int& splits, int& per) {
+  static const int forced = int(env_int("KILN_GEMV_WGMMA_SPLITS", 0));
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= kPMaxSplits && s <= steps; ++s) {
+    if (s > 1 && (tiles > kPMaxTiles || int64_t(s) * 16 * N > kPWorkspaceFloats)) break;
+    const int p = (steps + s - 1) / s;
+    if ((steps + p - 1) / p != s) continue;  // an empty split
+    const int64_t cost = ((tiles * s + blocks - 1) / blocks) * p;
+    if (cost < best_cost) best_cost = cost, best = s;
+  }
+  if (forced > 0 && forced <= kPMaxSplits && forced <= steps && (forced == 1 || (tiles <= kPMaxTiles &&
+      int64_t(forced) * 16 * N <= kPWorkspaceFloats)))
+    best = forced;
+  per = (steps + best - 1) / best;
+  splits = (steps + per - 1) / per;
+}
+
+template <int NB>
+bool launch_persistent_gemv(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int m, int64_t N,
+                            int64_t K, cudaStream_t stream) {
+  using C = GwCfg<NB, kPStages>;
+  const auto kernel = gemv_wgmma_persistent_kernel<NB>;
+  static const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              C::kSmemBytes - C::kRedBytes) == cudaSuccess;
+  const int sms = gemv_wgmma_sms();
+  if (!ok || sms <= 0) return false;
+  CUtensorMap mw, mx;
+  if (!wgmma_make_map(&mw, w, N, K, GW_BM) || !wgmma_make_map(&mx, x, m, K, NB)) return false;
+  const int64_t tiles = (N + GW_BM - 1) / GW_BM;
+  const int steps = int((K + GW_BK - 1) / GW_BK);
+  int splits = 1, per = steps;
+  plan_persistent(tiles, N, steps, sms, splits, per);
+  const int64_t units = tiles * splits;
+  if (units >= (int64_t(1) << 31)) return false;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(std::min<int64_t>(units, sms)), 1, 1);
+  cfg.blockDim = dim3(GW_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = C::kSmemBytes - C::kRedBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = gemv_pdl_enabled() ? 1 : 0;
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, mw, mx, bias, y, mode, m, N, K, splits, per, int(units)));
+  return true;
+}
+
 }  // namespace
+
+bool gemv_wgmma_persistent(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
+                           int64_t K, cudaStream_t stream) {
+  if (M < 1 || M > 16 || !wgmma_shape_ok(x, w, M, N, K) || (N + GW_BM - 1) / GW_BM >= (int64_t(1) << 31)) return false;
+  if (gemv_wgmma_sms() <= 0) return false;
+  const int m = int(M);
+  return m <= 8 ? launch_persistent_gemv<8>(x, w, bias, y, mode, m, N, K, stream)
+                : launch_persistent_gemv<16>(x, w, bias, y, mode, m, N, K, stream);
+}
 
 bool gemv_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
                 int64_t K, cudaStream_t stream) {
