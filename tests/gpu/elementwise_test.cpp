@@ -219,50 +219,53 @@ TEST(GpuElementwise, RopeQkvSlotsVectorizedEqualsPerTokenKernel) {
 }
 
 // rope_qkv (a contiguous cache: a prompt's prefill chunk) takes the same vectorized kernel from 64
-// tokens on: 300 tokens of two sequences (seq_ids, seq_stride) in one call vs 37-token pieces
-// (the per-token kernel) write the same bits to q and to K/V at (sequence, position).
+// tokens on: 300 tokens in one call vs 37-token pieces (the per-token kernel) write the same bits
+// to q and to K/V at (sequence, position), for two sequences (seq_ids, seq_stride) and for one
+// (seq_ids null: the prefill path's call).
 TEST(GpuElementwise, RopeQkvContiguousVectorizedEqualsPerTokenKernel) {
   KILN_REQUIRE_GPU();
-  for (bool interleaved : {false, true})
-    for (int head_dim : {64, 128}) {
-      SCOPED_TRACE(testing::Message() << "interleaved " << interleaved << " d " << head_dim);
-      const int heads = 8, kv_heads = 2;
-      const int64_t n = 300, capacity = 1600, q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
-      const int64_t row = q_dim + 2 * kv_dim;
-      auto dqkv = to_device_bf16(random_bf16_values(size_t(n * row), 23));
-      std::vector<int32_t> pos(n), seq(n);
-      for (int64_t i = 0; i < n; ++i) {
-        seq[size_t(i)] = int32_t(i % 2);
-        pos[size_t(i)] = int32_t(5 * (i / 2) + 3);  // distinct per sequence, some past the table
-      }
-      std::vector<float> inv(size_t(head_dim / 2));
-      for (int i = 0; i < head_dim / 2; ++i) inv[size_t(i)] = std::pow(500000.0f, -2.0f * float(i) / float(head_dim));
-      DeviceBuffer<int32_t> dpos(pos), dseq(seq);
-      DeviceBuffer<float> dinv(inv);
-      DeviceBuffer<float2> table(size_t(500 * head_dim / 2));
-      cuda::rope_table_fill(table.data(), 500, dinv.data(), head_dim, nullptr);
-      std::vector<float> got[2][3];  // (vectorized, pieces) x (q, k, v)
-      for (int way = 0; way < 2; ++way) {
-        DeviceBuffer<bf16> dq(size_t(n * q_dim)), kc(size_t(2 * capacity * kv_dim)), vc(kc.size());
-        dq.poison();
-        kc.poison();
-        vc.poison();
-        const cuda::KvLayout kv{kc.data(), vc.data(), capacity * kv_dim, kv_dim, head_dim};
-        const int64_t piece = way == 0 ? n : 37;
-        for (int64_t t0 = 0; t0 < n; t0 += piece) {
-          const int64_t m = std::min(piece, n - t0);
-          cuda::rope_qkv(dqkv.data() + t0 * row, dpos.data() + t0, dseq.data() + t0, m, dinv.data(), head_dim,
-                         interleaved, heads, kv_heads, head_dim, dq.data() + t0 * q_dim, kv, nullptr, table.data(),
-                         500);
+  for (bool two_seqs : {true, false})
+    for (bool interleaved : {false, true})
+      for (int head_dim : {64, 128}) {
+        SCOPED_TRACE(testing::Message() << "two sequences " << two_seqs << " interleaved " << interleaved << " d "
+                                        << head_dim);
+        const int heads = 8, kv_heads = 2;
+        const int64_t n = 300, capacity = 1600, q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
+        const int64_t row = q_dim + 2 * kv_dim;
+        auto dqkv = to_device_bf16(random_bf16_values(size_t(n * row), 23));
+        std::vector<int32_t> pos(n), seq(n);
+        for (int64_t i = 0; i < n; ++i) {
+          seq[size_t(i)] = two_seqs ? int32_t(i % 2) : 0;
+          pos[size_t(i)] = two_seqs ? int32_t(5 * (i / 2) + 3) : int32_t(3 * i + 1);  // distinct, some past the table
         }
-        got[way][0] = from_device_bf16(dq);
-        got[way][1] = from_device_bf16(kc);
-        got[way][2] = from_device_bf16(vc);
+        std::vector<float> inv(size_t(head_dim / 2));
+        for (int i = 0; i < head_dim / 2; ++i) inv[size_t(i)] = std::pow(500000.0f, -2.0f * float(i) / float(head_dim));
+        DeviceBuffer<int32_t> dpos(pos), dseq(seq);
+        DeviceBuffer<float> dinv(inv);
+        DeviceBuffer<float2> table(size_t(500 * head_dim / 2));
+        cuda::rope_table_fill(table.data(), 500, dinv.data(), head_dim, nullptr);
+        std::vector<float> got[2][3];  // (vectorized, pieces) x (q, k, v)
+        for (int way = 0; way < 2; ++way) {
+          DeviceBuffer<bf16> dq(size_t(n * q_dim)), kc(size_t(2 * capacity * kv_dim)), vc(kc.size());
+          dq.poison();
+          kc.poison();
+          vc.poison();
+          const cuda::KvLayout kv{kc.data(), vc.data(), capacity * kv_dim, kv_dim, head_dim};
+          const int64_t piece = way == 0 ? n : 37;
+          for (int64_t t0 = 0; t0 < n; t0 += piece) {
+            const int64_t m = std::min(piece, n - t0);
+            const int32_t* seqs = two_seqs ? dseq.data() + t0 : nullptr;
+            cuda::rope_qkv(dqkv.data() + t0 * row, dpos.data() + t0, seqs, m, dinv.data(), head_dim, interleaved, heads,
+                           kv_heads, head_dim, dq.data() + t0 * q_dim, kv, nullptr, table.data(), 500);
+          }
+          got[way][0] = from_device_bf16(dq);
+          got[way][1] = from_device_bf16(kc);
+          got[way][2] = from_device_bf16(vc);
+        }
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(0, std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)))
+              << "q, k, v"[size_t(3 * i)];
       }
-      for (int i = 0; i < 3; ++i)
-        EXPECT_EQ(0, std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)))
-            << "q, k, v"[size_t(3 * i)];
-    }
 }
 
 }  // namespace

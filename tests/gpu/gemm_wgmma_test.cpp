@@ -238,7 +238,7 @@ TEST(GpuMatmul, GemmReduceAddMatchesRegisterAdd) {
   if (!gemm_version_testable(18)) GTEST_SKIP() << "gemm v18 / v19 (wgmma) need an sm_90 device and an sm_90a build";
   uint32_t seed = 700;
   for (Shape s : {Shape{37, 200, 64}, Shape{130, 4500, 1000}, Shape{513, 4096, 4104}, Shape{2049, 4500, 520},
-                  Shape{300, 258, 1000}})
+                  Shape{1024, 4096, 520}, Shape{300, 258, 1000}})
     for (bool bias : {false, true}) {
       SplitCase c(s, bias, seed += 10, /*with_ref=*/false);
       SCOPED_TRACE(testing::Message() << "M=" << s.m << " N=" << s.n << " K=" << s.k << " bias " << bias);
@@ -253,12 +253,13 @@ TEST(GpuMatmul, GemmReduceAddMatchesRegisterAdd) {
         const std::vector<float> got = run(v), want = run(twin);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "v" << v << " vs v" << twin;
       }
-      // The default (v5's plan, which takes the reduce-add tiles for add_f32 since session 10) gives
-      // the bits of the register epilogue of the tile width its plan picks: 128x256 (v8), 128x192
-      // (v7), else 128x128 (v6 = v4's wgmmas).
+      // The default (v5's plan, which takes the reduce-add tiles for add_f32 at M > 256 since session
+      // 10) gives the bits of the register epilogue of the tiles its fp32 plan picks: 128x256 (v8;
+      // M = 1024 here), 128x192 (v7), ping-pong 128x128 (v6), or one round of v4 (v4 itself at
+      // M <= 256; config 10, whose bits are v6's, above).
       if (s.n % 4 != 0) continue;
-      const int plan = cuda::gemm_wgmma_persistent_plan(s.m, s.n, s.k);
-      const int twin = plan == 3 || plan == 4 ? 8 : plan == 2 || plan == 8 ? 7 : 6;
+      const int plan = cuda::gemm_wgmma_persistent_plan(s.m, s.n, s.k, /*bf16_out=*/false);
+      const int twin = plan == 3 ? 8 : plan == 2 ? 7 : plan == 1 ? 6 : s.m > 256 ? 6 : 4;
       const std::vector<float> got = run(0), want = run(twin);
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "default vs v" << twin;
     }

@@ -43,6 +43,11 @@ TEST(GpuMatmul, GemvWgmmaClusterSplits) {
     for (int64_t m : {1, 3, 8, 9, 16})
       for (Shape s : {Shape{m, 300, 4104}, Shape{m, 131, 200}})
         for (auto mode : kModes) check_matmul(s, mode, (m + v) % 2 == 1, Path::gemv, v);
+  // v6's ring past its 12 stages and blocks with several units: N = 4500 K = 4104 (36 tiles, 3
+  // splits of 22 / 22 / 21 steps), N = 20000 K = 1024 (157 tiles of 16 steps on 132 blocks).
+  for (int64_t m : {1, 9, 16})
+    for (Shape s : {Shape{m, 4500, 4104}, Shape{m, 20000, 1024}})
+      for (auto mode : kModes) check_matmul(s, mode, m == 9, Path::gemv, 6);
 }
 
 // v3 (split-K across blocks) at every M on odd shapes: N = 37 (3 row blocks: many splits, ragged

@@ -39,7 +39,8 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
 // The config auto picks for this shape on this device, for a bf16 output: 1..4, or 7 / 8 (the
 // 128x128 / 128x192 picks with the TMA-store epilogue, M > 256; never 5 / 6: measured no better,
 // gemm_wgmma_persistent.cu's header), or 0 (v4: one round of 128x128 tiles; or the kernel cannot run).
-int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K);
+// bf16_out false: the plan for an fp32 output (no TMA-store twins), before the reduce-add swap.
+int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K, bool bf16_out = true);
 
 // gemm version 12 (gemm_wgmma_cluster.cu): 128x256 tiles, each computed by a 2-CTA cluster that
 // splits K in two and exchanges the partials through distributed shared memory (for the one-round

@@ -97,8 +97,8 @@ template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = 
 struct PCfg {
   static constexpr int BN = BN_, STAGES = STAGES_;
   static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
-  // ADD (configs 9 / 10, session 9; in the plan since session 10): the fp32 add_f32 output (y += x . W^T, the residual adds
-  // of o and down) through TMA reduce-adds: each consumer stages (64 rows, 32 columns) fp32 boxes
+  // ADD (configs 9 / 10, session 9; in the plan since session 10): the fp32 add_f32 output
+  // (y += x . W^T, the residual adds of o and down) through TMA reduce-adds: each consumer stages (64 rows, 32 columns) fp32 boxes
   // in two 8 KB buffers that take turns, and cp.reduce.async.bulk.tensor adds each box into y.
   static constexpr bool ADD = ADD_;
   static constexpr int kAddBoxCols = 32, kAddBoxBytes = 64 * kAddBoxCols * 4;  // 128-byte rows: 128B swizzle
@@ -460,10 +460,10 @@ int plan(int64_t M, int64_t N, int sms, bool tma_epi) {
 
 }  // namespace
 
-int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K) {
+int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K, bool bf16_out) {
   (void)K;
   const int sms = device_sms();
-  return sms > 0 ? plan(M, N, sms, true) : 0;
+  return sms > 0 ? plan(M, N, sms, bf16_out) : 0;
 }
 
 bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode,
@@ -485,8 +485,11 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
     // config 3, 128x128 for a single round of v4 tiles (session 10, kernel_lab --gemm-add, same run:
     // o M = 512 35.2 -> 30.0 us, down M = 512 90.7 -> 84.2, o / down M = 2048 -3.3% / -2.3%,
     // M = 4096 -5.1% / -2.4%). KILN_GEMM_TMA_ADD=0: the register epilogue (the old plan).
+    // Only where it was measured (prefill, M > 256, as the TMA-store twins) and not under
+    // KILN_GEMM_ADD_BATCHED=0 (kAddF32Serial: that switch compares the register epilogues).
     static const bool tma_add_plan = env_switch_on("KILN_GEMM_TMA_ADD");
-    if (tma_add && tma_add_plan && (config == 3 || config == 0)) config = config == 3 ? 9 : 10;
+    if (tma_add && tma_add_plan && mode == OutMode::add_f32 && M > 256 && (config == 3 || config == 0))
+      config = config == 3 ? 9 : 10;
     if (config == 0) return gemm_wgmma(x, w, bias, y, mode, M, N, K, stream);
   }
   if (config == 4 && !tma_epi) config = 3;

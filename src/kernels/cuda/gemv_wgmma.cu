@@ -1,4 +1,5 @@
-// Decode GEMV on Hopper (sm_90a), gemv.cu's versions 5 and 6 (v6, persistent: further down): y(M, N) = x(M, K) . W(N, K)^T for
+// Decode GEMV on Hopper (sm_90a), gemv.cu's versions 5 and 6 (v6, persistent: further down):
+// y(M, N) = x(M, K) . W(N, K)^T for
 // M <= 16, the weights streamed by TMA into a shared-memory ring and multiplied by wgmma with W as
 // the A operand ("swap AB": 64 weight rows per wgmma, the <= 16 activation rows as its n8 / n16 B
 // operand). A lab version: whether it beats v2 is what the kernel lab measures.
@@ -257,6 +258,13 @@ bool launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mod
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = gemv_pdl_enabled() ? 2 : 1;
+  // A cluster of `splits` blocks may not be schedulable (a partitioned GPU): launch nothing then,
+  // and let the caller fall back.
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, G::kernel, &cfg) != cudaSuccess || clusters < 1) {
+    (void)cudaGetLastError();
+    return false;
+  }
   KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, G::kernel, mw, mx, bias, y, mode, m, N, K, per, splits));
   return true;
 }
@@ -399,8 +407,10 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
           for (int e = 0; e < 4; ++e) {
             const int64_t row = n0 + 64 * h + 16 * warp + lane / 4 + 8 * (e >> 1);
             const int act = 8 * j + 2 * (lane % 4) + (e & 1);
-            if (act < m_actual && row < N)
-              store_out(y, mode, int64_t(act) * N + row, acc[h][4 * j + e] + (bias ? __bfloat162float(bias[row]) : 0.0f));
+            if (act < m_actual && row < N) {
+              const float b = bias ? __bfloat162float(bias[row]) : 0.0f;
+              store_out(y, mode, int64_t(act) * N + row, acc[h][4 * j + e] + b);
+            }
           }
       continue;
     }
