@@ -171,6 +171,31 @@ TEST(GpuElementwise, SiluMul) {
   }
 }
 
+// The vectorized RoPE kernel against the per-token one: `launch(t0, m, q_out, kv)` writes tokens
+// t0 .. t0 + m - 1; run as one call of all n tokens (vectorized from 64 on) and as 37-token pieces
+// (the per-token kernel) into fresh poisoned buffers of q_elems / kv_elems, q, k and v must match
+// bit for bit. make_kv(k, v) builds the cache layout over the two buffers.
+template <class MakeKv, class Launch>
+void expect_one_call_equals_pieces(int64_t n, int64_t q_elems, int64_t kv_elems, MakeKv&& make_kv, Launch&& launch) {
+  std::vector<float> got[2][3];  // (one call, pieces) x (q, k, v)
+  for (int way = 0; way < 2; ++way) {
+    const auto q_size = static_cast<size_t>(q_elems), kv_size = static_cast<size_t>(kv_elems);
+    DeviceBuffer<bf16> dq(q_size), kc(kv_size), vc(kv_size);
+    dq.poison();
+    kc.poison();
+    vc.poison();
+    const cuda::KvLayout kv = make_kv(kc.data(), vc.data());
+    const int64_t piece = way == 0 ? n : 37;
+    for (int64_t t0 = 0; t0 < n; t0 += piece) launch(t0, std::min(piece, n - t0), dq.data(), kv);
+    got[way][0] = from_device_bf16(dq);
+    got[way][1] = from_device_bf16(kc);
+    got[way][2] = from_device_bf16(vc);
+  }
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(0, std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)))
+        << "q, k, v"[size_t(3 * i)];
+}
+
 // rope_qkv_slots on a batched step (n >= 64 tokens, full-width rotation) takes the vectorized
 // kernel; below 64 tokens the per-token one. The same tokens through both (one call of 300 tokens
 // vs calls of 37 / 64-token pieces) must write the same bits to q and to the slot-mapped K/V.
@@ -194,27 +219,14 @@ TEST(GpuElementwise, RopeQkvSlotsVectorizedEqualsPerTokenKernel) {
       DeviceBuffer<float> dinv(inv);
       DeviceBuffer<float2> table(size_t(1000 * head_dim / 2));  // positions past 1000 computed
       cuda::rope_table_fill(table.data(), 1000, dinv.data(), head_dim, nullptr);
-      std::vector<float> got[2][3];  // (vectorized, pieces) x (q, k, v)
-      for (int way = 0; way < 2; ++way) {
-        DeviceBuffer<bf16> dq(size_t(n * q_dim)), kc(size_t(n_slots * kv_dim)), vc(kc.size());
-        dq.poison();
-        kc.poison();
-        vc.poison();
-        const cuda::KvLayout kv{kc.data(), vc.data(), 0, kv_dim, head_dim};
-        const int64_t piece = way == 0 ? n : 37;
-        for (int64_t t0 = 0; t0 < n; t0 += piece) {
-          const int64_t m = std::min(piece, n - t0);
-          cuda::rope_qkv_slots(dqkv.data() + t0 * row, dpos.data() + t0, dslots.data() + t0, m, dinv.data(), head_dim,
-                               interleaved, heads, kv_heads, head_dim, dq.data() + t0 * q_dim, kv, nullptr,
-                               table.data(), 1000);
-        }
-        got[way][0] = from_device_bf16(dq);
-        got[way][1] = from_device_bf16(kc);
-        got[way][2] = from_device_bf16(vc);
-      }
-      for (int i = 0; i < 3; ++i)
-        EXPECT_EQ(0, std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)))
-            << "q, k, v"[size_t(3 * i)];
+      expect_one_call_equals_pieces(
+          n, n * q_dim, n_slots * kv_dim,
+          [&](bf16* k, bf16* v) { return cuda::KvLayout{k, v, 0, kv_dim, head_dim}; },
+          [&](int64_t t0, int64_t m, bf16* q_out, const cuda::KvLayout& kv) {
+            cuda::rope_qkv_slots(dqkv.data() + t0 * row, dpos.data() + t0, dslots.data() + t0, m, dinv.data(),
+                                 head_dim, interleaved, heads, kv_heads, head_dim, q_out + t0 * q_dim, kv, nullptr,
+                                 table.data(), 1000);
+          });
     }
 }
 
@@ -244,27 +256,14 @@ TEST(GpuElementwise, RopeQkvContiguousVectorizedEqualsPerTokenKernel) {
         DeviceBuffer<float> dinv(inv);
         DeviceBuffer<float2> table(size_t(500 * head_dim / 2));
         cuda::rope_table_fill(table.data(), 500, dinv.data(), head_dim, nullptr);
-        std::vector<float> got[2][3];  // (vectorized, pieces) x (q, k, v)
-        for (int way = 0; way < 2; ++way) {
-          DeviceBuffer<bf16> dq(size_t(n * q_dim)), kc(size_t(2 * capacity * kv_dim)), vc(kc.size());
-          dq.poison();
-          kc.poison();
-          vc.poison();
-          const cuda::KvLayout kv{kc.data(), vc.data(), capacity * kv_dim, kv_dim, head_dim};
-          const int64_t piece = way == 0 ? n : 37;
-          for (int64_t t0 = 0; t0 < n; t0 += piece) {
-            const int64_t m = std::min(piece, n - t0);
-            const int32_t* seqs = two_seqs ? dseq.data() + t0 : nullptr;
-            cuda::rope_qkv(dqkv.data() + t0 * row, dpos.data() + t0, seqs, m, dinv.data(), head_dim, interleaved, heads,
-                           kv_heads, head_dim, dq.data() + t0 * q_dim, kv, nullptr, table.data(), 500);
-          }
-          got[way][0] = from_device_bf16(dq);
-          got[way][1] = from_device_bf16(kc);
-          got[way][2] = from_device_bf16(vc);
-        }
-        for (int i = 0; i < 3; ++i)
-          EXPECT_EQ(0, std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)))
-              << "q, k, v"[size_t(3 * i)];
+        expect_one_call_equals_pieces(
+            n, n * q_dim, 2 * capacity * kv_dim,
+            [&](bf16* k, bf16* v) { return cuda::KvLayout{k, v, capacity * kv_dim, kv_dim, head_dim}; },
+            [&](int64_t t0, int64_t m, bf16* q_out, const cuda::KvLayout& kv) {
+              const int32_t* seqs = two_seqs ? dseq.data() + t0 : nullptr;
+              cuda::rope_qkv(dqkv.data() + t0 * row, dpos.data() + t0, seqs, m, dinv.data(), head_dim, interleaved,
+                             heads, kv_heads, head_dim, q_out + t0 * q_dim, kv, nullptr, table.data(), 500);
+            });
       }
 }
 

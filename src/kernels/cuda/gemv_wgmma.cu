@@ -74,7 +74,56 @@ struct GwCfg {
 
 #ifdef KILN_WGMMA_DEVICE
 using namespace wgmma_ptx;
+
+// The ring's barriers (full[s]: the producer's expect_tx + the TMA bytes; empty[s]: the consumer's
+// release), initialized by thread 0 before a __syncthreads.
+__device__ __forceinline__ void init_ring(uint32_t full0, uint32_t empty0, int stages) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// One 64-wide K step of the consumer warpgroup on stage s: 4 k16 slices x the two m64 halves of the
+// 128 weight rows, issued as one wgmma group; returns once the previous step's group has retired
+// (so its stage may be released).
+template <int NB>
+__device__ __forceinline__ void mma_step(float (&acc)[2][NB / 2], uint32_t a_stage, uint32_t b_stage) {
+  const uint64_t da0 = sw128_desc(a_stage);             // weight rows 0-63
+  const uint64_t da1 = sw128_desc(a_stage + 64 * 128);  // rows 64-127
+  const uint64_t db = sw128_desc(b_stage);
+  fence_acc<NB / 2>(acc[0]);
+  fence_acc<NB / 2>(acc[1]);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < GW_BK / 16; ++k) {  // +32 bytes per k16 slice
+    wgmma_bn<NB>(acc[0], da0 + 2 * k, db + 2 * k);
+    wgmma_bn<NB>(acc[1], da1 + 2 * k, db + 2 * k);
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+  fence_acc<NB / 2>(acc[0]);
+  fence_acc<NB / 2>(acc[1]);
+}
 #endif
+
+// acc[h][4j + e] of consumer thread (warp, lane): weight row 64h + 16 warp + lane / 4 + 8 (e >> 1)
+// of the tile, activation row 8j + 2 (lane % 4) + (e & 1) (the m64nN accumulator layout,
+// gemm_wgmma.cu's header). f(row, act, value) for each.
+template <int NB, class F>
+__device__ __forceinline__ void for_each_acc(const float (&acc)[2][NB / 2], int warp, int lane, F&& f) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < NB / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        f(64 * h + 16 * warp + lane / 4 + 8 * (e >> 1), 8 * j + 2 * (lane % 4) + (e & 1), acc[h][4 * j + e]);
+}
 
 template <int NB, int STAGES>
 __global__ void __launch_bounds__(GW_THREADS)
@@ -97,15 +146,7 @@ __global__ void __launch_bounds__(GW_THREADS)
   const int kt0 = int(blockIdx.y) * steps_per_split;
   const int n_steps = max(0, min(total_steps - kt0, steps_per_split));
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring(full0, empty0, STAGES);
 
   if (warp == 4) {  // producer
     if (lane == 0) {
@@ -141,38 +182,13 @@ __global__ void __launch_bounds__(GW_THREADS)
     for (int st = 0; st < n_steps; ++st) {
       const int s = st % STAGES;
       mbar_wait(full0 + 8 * s, uint32_t(st / STAGES) & 1);
-      const uint64_t da0 = sw128_desc(sa0 + s * C::kABytes);             // weight rows 0-63
-      const uint64_t da1 = sw128_desc(sa0 + s * C::kABytes + 64 * 128);  // rows 64-127
-      const uint64_t db = sw128_desc(sb0 + s * C::kBBytes);
-      fence_acc<NB / 2>(acc[0]);
-      fence_acc<NB / 2>(acc[1]);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < GW_BK / 16; ++k) {  // +32 bytes per k16 slice
-        wgmma_bn<NB>(acc[0], da0 + 2 * k, db + 2 * k);
-        wgmma_bn<NB>(acc[1], da1 + 2 * k, db + 2 * k);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // step st - 1's wgmmas have retired: its stage may be refilled
-      fence_acc<NB / 2>(acc[0]);
-      fence_acc<NB / 2>(acc[1]);
+      mma_step<NB>(acc, sa0 + s * C::kABytes, sb0 + s * C::kBBytes);  // step st - 1 has retired
       if (st > 0 && threadIdx.x == 0) mbar_arrive(empty0 + 8 * ((st - 1) % STAGES));
     }
     wgmma_wait<0>();
     fence_acc<NB / 2>(acc[0]);
     fence_acc<NB / 2>(acc[1]);
-    // acc[h][4j + e]: weight row 64h + 16 warp + lane / 4 + 8 (e >> 1), activation row
-    // 8j + 2 (lane % 4) + (e & 1) (the m64nN accumulator layout, gemm_wgmma.cu's header).
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < NB / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = 64 * h + 16 * warp + lane / 4 + 8 * (e >> 1);
-          const int act = 8 * j + 2 * (lane % 4) + (e & 1);
-          red[act * C::kRedStride + row] = acc[h][4 * j + e];
-        }
+    for_each_acc<NB>(acc, warp, lane, [&](int row, int act, float v) { red[act * C::kRedStride + row] = v; });
   }
 
   // Every block's partial is stashed (release), then block r reduces its share of the rows over
@@ -309,15 +325,7 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int total_steps = int((K + GW_BK - 1) / GW_BK);
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < kPStages; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring(full0, empty0, kPStages);
 
   if (warp == 4) {  // producer
     if (lane == 0) {
@@ -373,21 +381,7 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
     for (int st = 0; st < n; ++st, ++g) {
       const int s = g % kPStages;
       mbar_wait(full0 + 8 * s, uint32_t(g / kPStages) & 1);
-      const uint64_t da0 = sw128_desc(sa0 + s * C::kABytes);
-      const uint64_t da1 = sw128_desc(sa0 + s * C::kABytes + 64 * 128);
-      const uint64_t db = sw128_desc(sb0 + s * C::kBBytes);
-      fence_acc<NB / 2>(acc[0]);
-      fence_acc<NB / 2>(acc[1]);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < GW_BK / 16; ++k) {
-        wgmma_bn<NB>(acc[0], da0 + 2 * k, db + 2 * k);
-        wgmma_bn<NB>(acc[1], da1 + 2 * k, db + 2 * k);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous step's wgmmas have retired
-      fence_acc<NB / 2>(acc[0]);
-      fence_acc<NB / 2>(acc[1]);
+      mma_step<NB>(acc, sa0 + s * C::kABytes, sb0 + s * C::kBBytes);  // the previous step has retired
       if (st > 0 && threadIdx.x == 0) mbar_arrive(empty0 + 8 * ((g - 1) % kPStages));
     }
     wgmma_wait<0>();
@@ -395,35 +389,19 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
     fence_acc<NB / 2>(acc[1]);
     if (threadIdx.x == 0) mbar_arrive(empty0 + 8 * ((g - 1) % kPStages));  // the unit's last step
 
-    // acc[h][4j + e]: weight row 64h + 16 warp + lane / 4 + 8 (e >> 1) of the tile, activation row
-    // 8j + 2 (lane % 4) + (e & 1).
     const int64_t n0 = int64_t(tile) * GW_BM;
     if (splits == 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int j = 0; j < NB / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t row = n0 + 64 * h + 16 * warp + lane / 4 + 8 * (e >> 1);
-            const int act = 8 * j + 2 * (lane % 4) + (e & 1);
-            if (act < m_actual && row < N) {
-              const float b = bias ? __bfloat162float(bias[row]) : 0.0f;
-              store_out(y, mode, int64_t(act) * N + row, acc[h][4 * j + e] + b);
-            }
-          }
+      for_each_acc<NB>(acc, warp, lane, [&](int r, int act, float v) {
+        const int64_t row = n0 + r;
+        if (act < m_actual && row < N)
+          store_out(y, mode, int64_t(act) * N + row, v + (bias ? __bfloat162float(bias[row]) : 0.0f));
+      });
       continue;
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < NB / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t row = n0 + 64 * h + 16 * warp + lane / 4 + 8 * (e >> 1);
-          const int act = 8 * j + 2 * (lane % 4) + (e & 1);
-          if (act < m_actual && row < N) g_v6_part[(int64_t(split) * m_actual + act) * N + row] = acc[h][4 * j + e];
-        }
+    for_each_acc<NB>(acc, warp, lane, [&](int r, int act, float v) {
+      const int64_t row = n0 + r;
+      if (act < m_actual && row < N) g_v6_part[(int64_t(split) * m_actual + act) * N + row] = v;
+    });
     __threadfence();
     named_bar_sync(1, 128);
     if (threadIdx.x == 0) last_flag = atomicAdd(&g_v6_count[tile], 1u) == unsigned(splits - 1);
