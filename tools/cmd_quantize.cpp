@@ -7,7 +7,8 @@
 // head at 6 bits in its Q4_0 files). --type bf16 writes the weights (embeddings and head
 // included) rounded to bf16: the reference model the quality table measures the formats against.
 // --calib runs the AWQ-style scale search and then the clipping search (src/quant/awq.h; --no-clip:
-// scales only) for int4 on a calibration text.
+// scales only) for int4 on a calibration text; --gptq then calibrates the scaled model again and
+// rounds the int4 codes through GPTQ (src/quant/gptq.h) instead of to nearest.
 // Byte layouts and metadata keys: docs/QUANTIZATION.md.
 #include <cctype>
 #include <chrono>
@@ -26,6 +27,8 @@
 #include "model/gguf/gguf_writer.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"
+#include "quant/gptq.h"
+#include "quant/quantize.h"
 #include "quant/quantize_model.h"
 
 namespace kiln::cli {
@@ -33,9 +36,10 @@ namespace {
 
 struct QuantizeOptions {
   std::string input, output, type, calib, head_type;
-  bool head = false, no_clip = false;
+  bool head = false, no_clip = false, gptq = false;
   int32_t threads = 0;
   int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
+  int64_t gptq_samples = 4096;  // rows per site for GPTQ's Hessians (> the widest input, 1536 for SmolLM2)
 };
 
 uint32_t kiln_type_of(QuantFormat f) {
@@ -108,6 +112,18 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
                ch.group, ch.alpha, ch.error_rtn, ch.error,
                ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0, clip);
   });
+  if (!o.gptq) return;
+  // GPTQ needs the inputs as the scaled (and clipped) matrices see them: a second calibration of
+  // the model as it now is, with more rows kept per site (its Hessians are cols x cols).
+  t0 = std::chrono::steady_clock::now();
+  fmt::print(stderr, "kiln quantize: calibrating the scaled model for GPTQ ({} rows a site) ...\n", o.gptq_samples);
+  cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
+  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping 1% of mean diag):\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  quant::apply_gptq(model.weights, model.config, cal, pool, o.group, [](const quant::GptqReport& r) {
+    fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%)\n", r.layer,
+               r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0);
+  });
 }
 
 void quantize(const QuantizeOptions& o) {
@@ -115,6 +131,8 @@ void quantize(const QuantizeOptions& o) {
   const quant::TargetType target = quant::parse_target_type(o.type);
   KILN_CHECK(o.calib.empty() || target == quant::TargetType::int4, invalid_argument,
              "--calib (the AWQ scale search) applies to --type int4 only");
+  KILN_CHECK(!o.gptq || !o.calib.empty(), invalid_argument, "--gptq needs a calibration text (--calib)");
+  KILN_CHECK(o.gptq_samples >= 1, invalid_argument, "--gptq-samples must be at least 1");
   // The head's type: --head-type, else --type (with --head).
   const quant::TargetType head_target = o.head_type.empty() ? target : quant::parse_target_type(o.head_type);
   KILN_CHECK(!o.head || head_target != quant::TargetType::bf16, invalid_argument,
@@ -140,6 +158,8 @@ void quantize(const QuantizeOptions& o) {
   out.set_string(gguf::kQuantTypeKey, std::string(quant::target_name(target)));
   out.set_u32(gguf::kQuantVersionKey, 1);
   out.set_bool(gguf::kQuantAwqKey, !o.calib.empty());
+  if (o.gptq) out.set_bool(gguf::kQuantGptqKey, true);
+  else out.erase(gguf::kQuantGptqKey);
   // Without --head an input's head is kept as it is: still quantized if an earlier --head made it so
   // (its head_type key then stays true too).
   const gguf::TensorInfo* in_head = in.find_tensor(kHeadName);
@@ -155,7 +175,12 @@ void quantize(const QuantizeOptions& o) {
   // m quantized (or rounded to bf16) in place and written as `name` (with its scales / mins); bytes written.
   auto write_quantized = [&](const std::string& name, const std::vector<uint64_t>& ne, HostMatrix& m) -> uint64_t {
     const quant::TargetType to = name == kHeadName ? head_target : target;
-    quant::quantize_matrix(m, to, o.group);
+    // GPTQ (--gptq) set the int4 codes already; re-quantizing their dequantized values would not
+    // give them back (a group need not use the codes 0 and 15).
+    const bool by_gptq = o.gptq && to == quant::TargetType::int4 && name != kHeadName &&
+                         m.quant.format == QuantFormat::int4 &&
+                         m.quant.group_size == quant::int4_group_for(m.cols, o.group);
+    if (!by_gptq) quant::quantize_matrix(m, to, o.group);
     if (to == quant::TargetType::bf16) {
       out.add_tensor(name, ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m.data));
       return m.data.size() * 2;
@@ -252,6 +277,10 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--calib-ctx", o->calib_ctx, "Calibration window in tokens")->capture_default_str();
   cmd->add_flag("--no-clip", o->no_clip,
                 "--calib: the scale search only, without AWQ's weight-clipping search (the session-8 files)");
+  cmd->add_flag("--gptq", o->gptq,
+                "--calib, int4: after the AWQ scales (and clipping), round the codes through GPTQ, not to nearest");
+  cmd->add_option("--gptq-samples", o->gptq_samples, "--gptq: calibration rows kept per matrix input")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->callback([o] {
     o->head = o->head || !o->head_type.empty();  // --head-type implies --head

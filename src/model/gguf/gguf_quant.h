@@ -21,6 +21,7 @@ namespace kiln::gguf {
 inline constexpr const char* kQuantTypeKey = "kiln.quantization.type";        // int8|int4|fp8|bf16
 inline constexpr const char* kQuantVersionKey = "kiln.quantization.version";  // u32, 1
 inline constexpr const char* kQuantAwqKey = "kiln.quantization.awq";          // bool
+inline constexpr const char* kQuantGptqKey = "kiln.quantization.gptq";        // bool: int4 codes through GPTQ
 inline constexpr const char* kQuantHeadKey = "kiln.quantization.head";        // bool: output.weight quantized too
 inline constexpr const char* kQuantHeadTypeKey = "kiln.quantization.head_type";  // string: its type
 inline constexpr const char* kQuantGroupKey = "kiln.quantization.group_size"; // u32, int4: --group
