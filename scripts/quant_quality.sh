@@ -62,8 +62,11 @@ want int4-awq && quantize int4-awq int4 --calib "$WORK/calib.txt" && ppl int4-aw
 # The AWQ scales without the clipping search (what --calib did through session 8).
 want int4-awq-noclip && quantize int4-awq-noclip int4 --calib "$WORK/calib.txt" --no-clip &&
   ppl int4-awq-noclip int4-awq-noclip --kl-base "$WORK/bf16.klb"
-# The AWQ scales and clipping, then the codes through GPTQ instead of round-to-nearest.
-want int4-awq-gptq && quantize int4-awq-gptq int4 --calib "$WORK/calib.txt" --gptq &&
+# The AWQ scales and clipping on the whole calibration text (14,848 tokens), then the codes through
+# GPTQ instead of round-to-nearest; and the same calibration with round-to-nearest codes (the control).
+want int4-awq-16k && quantize int4-awq-16k int4 --calib "$WORK/calib.txt" --calib-tokens 16384 &&
+  ppl int4-awq-16k int4-awq-16k --kl-base "$WORK/bf16.klb"
+want int4-awq-gptq && quantize int4-awq-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq &&
   ppl int4-awq-gptq int4-awq-gptq --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
@@ -86,7 +89,8 @@ rows = []
 labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per channel)"),
           ("int4", "INT4 weights (g128/g64, RTN)"), ("int4-awq", "INT4 weights (g128/g64) + AWQ scales and clipping"),
           ("int4-awq-noclip", "INT4 weights (g128/g64) + AWQ scales, no clipping"),
-          ("int4-awq-gptq", "INT4 weights (g128/g64) + AWQ scales and clipping, GPTQ codes"),
+          ("int4-awq-16k", "INT4 weights (g128/g64) + AWQ scales and clipping, 14,848 calibration tokens"),
+          ("int4-awq-gptq", "INT4 weights (g128/g64) + AWQ scales and clipping, 14,848 tokens, GPTQ codes"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),
