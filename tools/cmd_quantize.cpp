@@ -15,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <unistd.h>  // sysconf: the memory --gptq may use
+
 #include <fmt/core.h>
 
 #include "commands.h"
@@ -116,7 +118,17 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   });
   if (!o.gptq) return;
   // GPTQ needs the inputs as the scaled (and clipped) matrices see them: a second calibration of
-  // the model as it now is, with more rows kept per site (its Hessians are cols x cols).
+  // the model as it now is, with more rows kept per site (its Hessians are cols x cols). The kept
+  // rows are held for every layer at once: refuse up front what would not fit in memory.
+  const ModelConfig& c = model.config;
+  const int64_t rows = std::min<int64_t>(o.gptq_samples, int64_t(ids.size()));
+  const double row_bytes = 4.0 * double(2 * c.hidden_size + c.q_dim() + c.intermediate_size);
+  const double need = double(c.n_layers) * double(rows) * row_bytes +
+                      8.0 * 2.0 * double(c.intermediate_size) * double(c.intermediate_size);  // H and its factors
+  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
+             "--gptq would hold {:.1f} GB of calibration rows and Hessians ({} rows x {} layers), more than 70% of "
+             "this machine's {:.1f} GB: lower --gptq-samples", need / 1e9, rows, c.n_layers, have / 1e9);
   t0 = std::chrono::steady_clock::now();
   fmt::print(stderr, "kiln quantize: calibrating the scaled model for GPTQ ({} rows a site) ...\n", o.gptq_samples);
   cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);

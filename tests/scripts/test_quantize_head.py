@@ -43,3 +43,13 @@ def test_bad_head_options_are_refused(needs_kiln, tmp_path):
     rounded = kiln("quantize", MODEL, out, "--type", "bf16", "--head")
     assert rounded.returncode != 0 and "--head applies to int8, int4 and fp8" in rounded.stderr
     assert not out.exists()
+
+
+def test_gptq_needs_a_calibration_text(needs_kiln, tmp_path):
+    """--gptq without --calib is refused before any work. (A whole --gptq run on the default model
+    takes minutes on two cores: the quality script's int4-awq-gptq row runs it; tests/unit/gptq_test.cpp
+    checks the algorithm.)"""
+    out = tmp_path / "never.gguf"
+    q = kiln("quantize", MODEL, out, "--type", "int4", "--gptq")
+    assert q.returncode != 0 and "--gptq needs a calibration text" in q.stderr
+    assert not out.exists()
