@@ -134,7 +134,7 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
   fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping 1% of mean diag):\n",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  quant::apply_gptq(model.weights, model.config, cal, pool, o.group, [](const quant::GptqReport& r) {
+  quant::apply_gptq(model.weights, cal, pool, o.group, [](const quant::GptqReport& r) {
     fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%)\n", r.layer,
                r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0);
   });

@@ -70,12 +70,10 @@ AwqChoice search(const std::vector<HostMatrix*>& ws, const SiteStats& x, const s
   return choice;
 }
 
-// Quantize-dequantize one int4 group as quantize_int4 does (quantize.cpp: the grid spans the
-// group's [min, max]).
+// Quantize-dequantize one int4 group as quantize_int4 does.
 void fake_int4_group(const float* w, int64_t n, float* out) {
-  const auto [lo, hi] = std::minmax_element(w, w + n);
-  const float scale = std::max(*hi - *lo, 1e-5f) / 15.0f, min = *lo;
-  for (int64_t i = 0; i < n; ++i) out[i] = std::clamp(std::nearbyint((w[i] - min) / scale), 0.0f, 15.0f) * scale + min;
+  const Int4Grid grid = int4_grid(w, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = grid.value(grid.code(w[i]));
 }
 
 // AWQ's clipping search on one matrix (awq.h): x holds n rows of the matrix's inputs as it sees

@@ -47,17 +47,6 @@ std::vector<double> lower_inverse(const std::vector<double>& l, int64_t n) {
   return x;
 }
 
-// One int4 code of w in the group (scale, min) (quantize.h's rule).
-inline float code_of(float w, float scale, float lo) {
-  return std::clamp(std::nearbyint((w - lo) / scale), 0.0f, 15.0f);
-}
-
-void set_code(QuantizedMatrix& m, int64_t at, float q) {
-  uint8_t& byte = m.q[size_t(at / 2)];
-  const auto v = uint8_t(q);
-  byte = (at % 2 == 0) ? uint8_t((byte & 0xf0) | v) : uint8_t((byte & 0x0f) | (v << 4));
-}
-
 }  // namespace
 
 std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool) {
@@ -79,17 +68,15 @@ std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool) {
   return H;
 }
 
-std::vector<float> gptq_inverse_factor(std::vector<double> H, int64_t n) {
+std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t n) {
+  // An input that is always zero (diag 0) gets diag 1: any weight works for it.
+  auto diag = [&](int64_t i) { return H[size_t(i * n + i)] == 0.0 ? 1.0 : H[size_t(i * n + i)]; };
   double mean_diag = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    double& d = H[size_t(i * n + i)];
-    if (d == 0.0) d = 1.0;  // an input that is always zero: any weight works
-    mean_diag += d;
-  }
+  for (int64_t i = 0; i < n; ++i) mean_diag += diag(i);
   mean_diag /= double(std::max<int64_t>(n, 1));
   for (double damp = 0.01; damp <= 100.0; damp *= 10.0) {
     std::vector<double> a = H;
-    for (int64_t i = 0; i < n; ++i) a[size_t(i * n + i)] += damp * mean_diag;
+    for (int64_t i = 0; i < n; ++i) a[size_t(i * n + i)] = diag(i) + damp * mean_diag;
     if (!cholesky_lower(a, n)) continue;
     // (H + damp I)^-1 = l^-T l^-1; its upper factor U (inverse = U^T U) is the transpose of the lower
     // factor of the inverse.
@@ -125,19 +112,17 @@ QuantizedMatrix gptq_int4(const float* w, int64_t rows, int64_t cols, int64_t gr
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = lo; r < hi; ++r) {
       std::copy_n(w + r * cols, cols, row.begin());
-      float scale = 1.0f, mn = 0.0f;
+      Int4Grid grid;
       for (int64_t i = 0; i < cols; ++i) {
         if (i % group == 0) {  // the group's grid from the row as updated so far
-          const auto [a, b] = std::minmax_element(row.begin() + i, row.begin() + i + group);
-          mn = *a;
-          scale = std::max(*b - *a, 1e-5f) / 15.0f;
-          m.scales[size_t(r * groups + i / group)] = scale;
-          m.mins[size_t(r * groups + i / group)] = mn;
+          grid = int4_grid(row.data() + i, group);
+          m.scales[size_t(r * groups + i / group)] = grid.scale;
+          m.mins[size_t(r * groups + i / group)] = grid.min;
         }
-        const float q = code_of(row[size_t(i)], scale, mn);
-        set_code(m, r * cols + i, q);
+        const float q = grid.code(row[size_t(i)]);
+        set_int4_code(m, r * cols + i, q);
         const float* ui = U.data() + i * cols;
-        const float err = (row[size_t(i)] - (q * scale + mn)) / ui[i];
+        const float err = (row[size_t(i)] - grid.value(q)) / ui[i];
         for (int64_t j = i + 1; j < cols; ++j) row[size_t(j)] -= err * ui[j];
       }
     }
@@ -170,9 +155,8 @@ double hessian_error(const float* w, const QuantizedMatrix& q, const std::vector
   return total;
 }
 
-void apply_gptq(ModelWeights& w, const ModelConfig& config, const Calibration& cal, ThreadPool& pool,
-                int64_t int4_group, const std::function<void(const GptqReport&)>& on_matrix) {
-  (void)config;
+void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
+                const std::function<void(const GptqReport&)>& on_matrix) {
   KILN_CHECK(cal.layers.size() == w.layers.size(), internal, "GPTQ: a calibration of {} layers for a model of {}",
              cal.layers.size(), w.layers.size());
   struct Site {

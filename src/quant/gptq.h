@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/config.h"
 #include "model/quantized_matrix.h"
 #include "model/weights.h"
 #include "quant/calibration.h"
@@ -42,7 +41,7 @@ std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool);
 // U, the upper Cholesky factor of (H + damp I)^-1 (row-major, cols x cols, zero below the
 // diagonal), with GPTQ's damping as above. kiln::Error(internal) if no damping makes H + damp I
 // positive definite.
-std::vector<float> gptq_inverse_factor(std::vector<double> H, int64_t cols);
+std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t cols);
 
 // w (rows x cols) to int4 groups of `group` columns through GPTQ with the factor U above.
 QuantizedMatrix gptq_int4(const float* w, int64_t rows, int64_t cols, int64_t group, const std::vector<float>& U,
@@ -61,7 +60,7 @@ struct GptqReport {
 // Quantizes every layer's q, k, v, o, gate, up and down to int4 through GPTQ, with the Hessians of
 // cal (which must be a calibration of `w` as it is now, AWQ scales included): each matrix's quant
 // is set and its data replaced by the dequantization, as quantize_matrix does.
-void apply_gptq(ModelWeights& w, const ModelConfig& config, const Calibration& cal, ThreadPool& pool,
-                int64_t int4_group, const std::function<void(const GptqReport&)>& on_matrix);
+void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
+                const std::function<void(const GptqReport&)>& on_matrix);
 
 }  // namespace kiln::quant

@@ -54,6 +54,21 @@ QuantizedMatrix quantize_int8(const float* w, int64_t rows, int64_t cols) {
   return m;
 }
 
+Int4Grid int4_grid(const float* w, int64_t n) {
+  const auto [lo, hi] = std::minmax_element(w, w + n);
+  // The grid spans [min, max] exactly (GGUF Q4_1's form). AWQ/GPTQ round the offset to an integer
+  // zero point (min = -zero * scale), which costs up to half a step on every weight and cannot
+  // reproduce a Q4_1 group; kiln's kernels take any fp32 min, so nothing needs the integer. A
+  // constant group gets a tiny scale rather than a division by zero.
+  return {std::max(*hi - *lo, 1e-5f) / 15.0f, *lo};
+}
+
+void set_int4_code(QuantizedMatrix& m, int64_t at, float q) {
+  const auto v = uint8_t(q);
+  uint8_t& byte = m.q[size_t(at / 2)];
+  byte = (at % 2 == 0) ? uint8_t((byte & 0xf0) | v) : uint8_t((byte & 0x0f) | (v << 4));
+}
+
 QuantizedMatrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t group) {
   KILN_CHECK(group > 0 && group % 2 == 0 && cols % group == 0, invalid_argument,
              "int4 group size {} must be even and divide the row length {}", group, cols);
@@ -62,20 +77,10 @@ QuantizedMatrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* x = w + r * cols + g * group;
-      const auto [lo, hi] = std::minmax_element(x, x + group);
-      // The grid spans [min, max] exactly (GGUF Q4_1's form). AWQ/GPTQ round the offset to an
-      // integer zero point (min = -zero * scale), which costs up to half a step on every weight and
-      // cannot reproduce a Q4_1 group; kiln's kernels take any fp32 min, so nothing needs the
-      // integer. A constant group gets a tiny scale rather than a division by zero.
-      const float scale = std::max(*hi - *lo, 1e-5f) / 15.0f;
-      m.scales[size_t(r * groups + g)] = scale;
-      m.mins[size_t(r * groups + g)] = *lo;
-      for (int64_t c = 0; c < group; ++c) {
-        const auto q = uint8_t(std::clamp(std::nearbyint((x[c] - *lo) / scale), 0.0f, 15.0f));
-        const int64_t at = r * cols + g * group + c;
-        uint8_t& byte = m.q[size_t(at / 2)];
-        byte = (at % 2 == 0) ? uint8_t((byte & 0xf0) | q) : uint8_t((byte & 0x0f) | (q << 4));
-      }
+      const Int4Grid grid = int4_grid(x, group);
+      m.scales[size_t(r * groups + g)] = grid.scale;
+      m.mins[size_t(r * groups + g)] = grid.min;
+      for (int64_t c = 0; c < group; ++c) set_int4_code(m, r * cols + g * group + c, grid.code(x[c]));
     }
   }
   return m;

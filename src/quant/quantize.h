@@ -13,6 +13,8 @@
 // round() is round-half-to-even (std::nearbyint), so results do not depend on the platform.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -24,6 +26,17 @@ namespace kiln::quant {
 QuantizedMatrix quantize_int8(const float* w, int64_t rows, int64_t cols);
 QuantizedMatrix quantize_int4(const float* w, int64_t rows, int64_t cols, int64_t group_size);
 QuantizedMatrix quantize_fp8(const float* w, int64_t rows, int64_t cols);
+
+// One int4 group's grid (quantize_int4's rule, also what AWQ's clipping search and GPTQ quantize
+// with): the group's [min, max] in 15 steps, value = code * scale + min.
+struct Int4Grid {
+  float scale = 1.0f, min = 0.0f;
+  float code(float w) const { return std::clamp(std::nearbyint((w - min) / scale), 0.0f, 15.0f); }
+  float value(float code) const { return code * scale + min; }
+};
+Int4Grid int4_grid(const float* w, int64_t n);
+// Code q (0..15) of element `at` (row-major over the whole matrix) of an int4 QuantizedMatrix.
+void set_int4_code(QuantizedMatrix& m, int64_t at, float q);
 
 // The int4 group kiln uses for rows of `cols`: `preferred` (128 by default; a power of two >= 32)
 // when it divides cols, else the largest of its halves down to 32 that does, else 0 (the row cannot

@@ -100,7 +100,7 @@ TEST(Gptq, OnATinyModelNoMatrixLosesToRoundToNearest) {
   for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
   const quant::Calibration cal = quant::calibrate(c, w, pool, tokens, 32, 128);
   int matrices = 0;
-  quant::apply_gptq(w, c, cal, pool, 32, [&](const quant::GptqReport& r) {
+  quant::apply_gptq(w, cal, pool, 32, [&](const quant::GptqReport& r) {
     ++matrices;
     EXPECT_LE(r.error, r.error_rtn * (1.0 + 1e-6)) << "layer " << r.layer << " " << r.matrix;
   });
