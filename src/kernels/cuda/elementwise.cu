@@ -169,8 +169,8 @@ __global__ void __launch_bounds__(kRopeThreads)
 // The many-token variant (rope_qkv_slots, and since session 10 rope_qkv, with n >=
 // kRopeVecMinTokens and full-width rotation): one thread per 16 bytes. The per-token kernel above
 // gives a 1024-thread block 2.5 scalar pairs a thread (its shape is for one-token latency); at 2048
-// tokens it ran at 1128 GB/s, 27% of the copy
-// ceiling (44.6 us a layer, 2.9% of the pp2048 step, H200 profile). Items of a token: the rotated
+// tokens it ran at 1128 GB/s, 27% of the copy ceiling (44.6 us a layer, 2.9% of the pp2048 step,
+// H200 profile). Items of a token: the rotated
 // q and k heads (interleaved: 8 elements = 4 adjacent pairs; halves: pairs i0 .. i0 + 7, i.e. 8
 // elements of each half), then v in 8-element copies. Same arithmetic as the scalar kernel per
 // element, so the results are bit-identical.
@@ -344,22 +344,21 @@ void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_
 }
 
 namespace {
-// Whether rope_qkv_vec_kernel takes these n tokens: enough of them, full-width rotation, 16-byte
-// vectors everywhere (the cache's rows and sequences whole multiples of 8 elements). KILN_ROPE_VEC=0
-// keeps the per-token kernel (for same-run comparison).
-bool rope_vec_ok(int64_t n, int rot_dim, int head_dim, const KvLayout& kv, const bf16* qkv, const bf16* q_out) {
+// The grid of rope_qkv_vec_kernel for these n tokens, or 0 blocks where it does not take them: too
+// few tokens, partial rotation, a 16-byte vector that would straddle (the cache's rows and
+// sequences must be whole multiples of 8 elements, every base 16-byte aligned), or a grid past
+// 2^31 blocks. KILN_ROPE_VEC=0 keeps the per-token kernel (for same-run comparison).
+dim3 rope_vec_grid(int64_t n, int rot_dim, bool interleaved, int n_heads, int n_kv_heads, int head_dim,
+                   const KvLayout& kv, const bf16* qkv, const bf16* q_out) {
   static const bool vec_on = env_switch_on("KILN_ROPE_VEC");
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return vec_on && n >= kRopeVecMinTokens && rot_dim == head_dim && head_dim % 16 == 0 && kv.head_dim == head_dim &&
-         kv.pos_stride % 8 == 0 && (kv.paged() || kv.seq_stride % 8 == 0) && aligned(qkv) && aligned(q_out) &&
-         aligned(kv.k) && aligned(kv.v);
-}
-int64_t rope_vec_blocks(int64_t n, bool interleaved, int n_heads, int n_kv_heads, int head_dim) {
+  const bool ok = vec_on && n >= kRopeVecMinTokens && rot_dim == head_dim && head_dim % 16 == 0 &&
+                  kv.head_dim == head_dim && kv.pos_stride % 8 == 0 && (kv.paged() || kv.seq_stride % 8 == 0) &&
+                  aligned(qkv) && aligned(q_out) && aligned(kv.k) && aligned(kv.v);
+  if (!ok) return dim3(0);
   const int64_t per_token = rope_vec_rot_items(n_heads + n_kv_heads, head_dim, interleaved) + n_kv_heads * head_dim / 8;
-  return (n * per_token + kRopeVecThreads - 1) / kRopeVecThreads;
-}
-dim3 rope_vec_grid(int64_t n, bool interleaved, int n_heads, int n_kv_heads, int head_dim) {
-  return dim3(unsigned(rope_vec_blocks(n, interleaved, n_heads, n_kv_heads, head_dim)));
+  const int64_t blocks = (n * per_token + kRopeVecThreads - 1) / kRopeVecThreads;
+  return blocks < (int64_t(1) << 31) ? dim3(unsigned(blocks)) : dim3(0);
 }
 }  // namespace
 
@@ -373,11 +372,11 @@ void rope_qkv(const bf16* qkv, const int32_t* positions, const int32_t* seq_ids,
     return rope_qkv_quant(qkv, positions, nullptr, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim,
                           q_out, kv, stream, cos_sin, cos_sin_positions);
   }
-  if (rope_vec_ok(n, rot_dim, head_dim, kv, qkv, q_out) &&
-      rope_vec_blocks(n, interleaved, n_heads, n_kv_heads, head_dim) < (int64_t(1) << 31)) {
-    launch_pdl(rope_qkv_vec_kernel<false>, rope_vec_grid(n, interleaved, n_heads, n_kv_heads, head_dim),
-               dim3(kRopeVecThreads), 0, stream, qkv, positions, seq_ids, static_cast<const int32_t*>(nullptr),
-               inv_freq, cos_sin, cos_sin_positions, n, interleaved, n_heads, n_kv_heads, head_dim, q_out, kv);
+  if (const dim3 grid = rope_vec_grid(n, rot_dim, interleaved, n_heads, n_kv_heads, head_dim, kv, qkv, q_out);
+      grid.x > 0) {
+    launch_pdl(rope_qkv_vec_kernel<false>, grid, dim3(kRopeVecThreads), 0, stream, qkv, positions, seq_ids,
+               static_cast<const int32_t*>(nullptr), inv_freq, cos_sin, cos_sin_positions, n, interleaved, n_heads,
+               n_kv_heads, head_dim, q_out, kv);
     KILN_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -396,11 +395,11 @@ void rope_qkv_slots(const bf16* qkv, const int32_t* positions, const int32_t* sl
     return rope_qkv_quant(qkv, positions, slots, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim,
                           q_out, pool, stream, cos_sin, cos_sin_positions);
   KILN_CUDA_REQUIRE(n < (int64_t(1) << 31), "rope_qkv_slots: too many tokens");
-  if (rope_vec_ok(n, rot_dim, head_dim, pool, qkv, q_out) &&
-      rope_vec_blocks(n, interleaved, n_heads, n_kv_heads, head_dim) < (int64_t(1) << 31)) {
-    launch_pdl(rope_qkv_vec_kernel<true>, rope_vec_grid(n, interleaved, n_heads, n_kv_heads, head_dim),
-               dim3(kRopeVecThreads), 0, stream, qkv, positions, static_cast<const int32_t*>(nullptr), slots,
-               inv_freq, cos_sin, cos_sin_positions, n, interleaved, n_heads, n_kv_heads, head_dim, q_out, pool);
+  if (const dim3 grid = rope_vec_grid(n, rot_dim, interleaved, n_heads, n_kv_heads, head_dim, pool, qkv, q_out);
+      grid.x > 0) {
+    launch_pdl(rope_qkv_vec_kernel<true>, grid, dim3(kRopeVecThreads), 0, stream, qkv, positions,
+               static_cast<const int32_t*>(nullptr), slots, inv_freq, cos_sin, cos_sin_positions, n, interleaved,
+               n_heads, n_kv_heads, head_dim, q_out, pool);
     KILN_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -98,8 +98,9 @@ struct PCfg {
   static constexpr int BN = BN_, STAGES = STAGES_;
   static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
   // ADD (configs 9 / 10, session 9; in the plan since session 10): the fp32 add_f32 output
-  // (y += x . W^T, the residual adds of o and down) through TMA reduce-adds: each consumer stages (64 rows, 32 columns) fp32 boxes
-  // in two 8 KB buffers that take turns, and cp.reduce.async.bulk.tensor adds each box into y.
+  // (y += x . W^T, the residual adds of o and down) through TMA reduce-adds: each consumer stages
+  // (64 rows, 32 columns) fp32 boxes in two 8 KB buffers that take turns, and
+  // cp.reduce.async.bulk.tensor adds each box into y.
   static constexpr bool ADD = ADD_;
   static constexpr int kAddBoxCols = 32, kAddBoxBytes = 64 * kAddBoxCols * 4;  // 128-byte rows: 128B swizzle
   // SwiGLU (gemm_wgmma_swiglu): the B tile is gate rows [n0, n0 + BN / 2) over up rows

@@ -1,8 +1,8 @@
 // Decode GEMV on Hopper (sm_90a), gemv.cu's versions 5 and 6 (v6, persistent: further down):
-// y(M, N) = x(M, K) . W(N, K)^T for
-// M <= 16, the weights streamed by TMA into a shared-memory ring and multiplied by wgmma with W as
-// the A operand ("swap AB": 64 weight rows per wgmma, the <= 16 activation rows as its n8 / n16 B
-// operand). A lab version: whether it beats v2 is what the kernel lab measures.
+// y(M, N) = x(M, K) . W(N, K)^T for M <= 16, the weights streamed by TMA into a shared-memory ring
+// and multiplied by wgmma with W as the A operand ("swap AB": 64 weight rows per wgmma, the <= 16
+// activation rows as its n8 / n16 B operand). Lab versions: whether they beat v2 is what the kernel
+// lab measures.
 //
 // Why (docs/performance/gemv.md, session 10): v2 loads W into registers, 64-byte pieces of 8 rows
 // per warp instruction, and stops at 99-104% of the copy kernel on gate_up and lm_head where
@@ -38,7 +38,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
@@ -66,8 +66,10 @@ struct GwCfg {
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kRedStride = GW_BM + 4;  // floats per activation row of the stashed partial
   static constexpr int kRedBytes = NB * kRedStride * 4;
-  // STAGES x A, STAGES x B, the partial, full[STAGES] and empty[STAGES]; + 1 KB to align the base.
-  static constexpr int kSmemBytes = STAGES * kStageBytes + kRedBytes + 2 * STAGES * 8 + 1024;
+  // STAGES x A, STAGES x B, full[STAGES] and empty[STAGES], + 1 KB to align the base (v6); v5 adds
+  // its stashed partial.
+  // (an enum: nvcc warns of unused static members, and each version uses one of the two)
+  enum : int { kRingSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024, kSmemBytes = kRingSmemBytes + kRedBytes };
   static_assert(NB == 8 || NB == 16, "wgmma n8 / n16");
   static_assert(kBBytes % 1024 == 0 && kRedBytes % 8 == 0, "aligned atoms and barriers");
 };
@@ -275,12 +277,15 @@ bool launch(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mod
   cfg.attrs = attr;
   cfg.numAttrs = gemv_pdl_enabled() ? 2 : 1;
   // A cluster of `splits` blocks may not be schedulable (a partitioned GPU): launch nothing then,
-  // and let the caller fall back.
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, G::kernel, &cfg) != cudaSuccess || clusters < 1) {
-    (void)cudaGetLastError();
-    return false;
+  // and let the caller fall back. Asked once per split count, not per call.
+  static std::atomic<int> schedulable[GW_MAX_SPLITS + 1] = {};  // 0 unknown, 1 yes, 2 no
+  if (schedulable[splits].load(std::memory_order_relaxed) == 0) {
+    int clusters = 0;
+    const bool ok = cudaOccupancyMaxActiveClusters(&clusters, G::kernel, &cfg) == cudaSuccess && clusters >= 1;
+    if (!ok) (void)cudaGetLastError();
+    schedulable[splits].store(ok ? 1 : 2, std::memory_order_relaxed);
   }
+  if (schedulable[splits].load(std::memory_order_relaxed) != 1) return false;
   KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, G::kernel, mw, mx, bias, y, mode, m, N, K, per, splits));
   return true;
 }
@@ -445,21 +450,20 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
 
 // (S, steps per split) for T row tiles of `steps` K steps on `blocks` persistent blocks: the fewest
 // rounds-of-units x steps-per-unit, the smallest S on a tie; S x 16 x N must fit the workspace and
-// T the counters (else S = 1). KILN_GEMV_WGMMA_SPLITS overrides (lab).
+// T the counters (else S = 1). KILN_GEMV_WGMMA_SPLITS (lab) makes it the only candidate; where it
+// does not fit, S = 1.
 void plan_persistent(int64_t tiles, int64_t N, int steps, int blocks, int& splits, int& per) {
   static const int forced = int(env_int("KILN_GEMV_WGMMA_SPLITS", 0));
+  const int lo = forced > 0 ? forced : 1, hi = forced > 0 ? forced : kPMaxSplits;
   int best = 1;
   int64_t best_cost = INT64_MAX;
-  for (int s = 1; s <= kPMaxSplits && s <= steps; ++s) {
+  for (int s = lo; s <= hi && s <= steps; ++s) {
     if (s > 1 && (tiles > kPMaxTiles || int64_t(s) * 16 * N > kPWorkspaceFloats)) break;
     const int p = (steps + s - 1) / s;
     if ((steps + p - 1) / p != s) continue;  // an empty split
     const int64_t cost = ((tiles * s + blocks - 1) / blocks) * p;
     if (cost < best_cost) best_cost = cost, best = s;
   }
-  if (forced > 0 && forced <= kPMaxSplits && forced <= steps && (forced == 1 || (tiles <= kPMaxTiles &&
-      int64_t(forced) * 16 * N <= kPWorkspaceFloats)))
-    best = forced;
   per = (steps + best - 1) / best;
   splits = (steps + per - 1) / per;
 }
@@ -470,7 +474,7 @@ bool launch_persistent_gemv(const bf16* x, const bf16* w, const bf16* bias, void
   using C = GwCfg<NB, kPStages>;
   const auto kernel = gemv_wgmma_persistent_kernel<NB>;
   static const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              C::kSmemBytes - C::kRedBytes) == cudaSuccess;
+                                              C::kRingSmemBytes) == cudaSuccess;
   const int sms = gemv_wgmma_sms();
   if (!ok || sms <= 0) return false;
   CUtensorMap mw, mx;
@@ -487,7 +491,7 @@ bool launch_persistent_gemv(const bf16* x, const bf16* w, const bf16* bias, void
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(std::min<int64_t>(units, sms)), 1, 1);
   cfg.blockDim = dim3(GW_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = C::kSmemBytes - C::kRedBytes;
+  cfg.dynamicSmemBytes = C::kRingSmemBytes;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = gemv_pdl_enabled() ? 1 : 0;
@@ -495,12 +499,18 @@ bool launch_persistent_gemv(const bf16* x, const bf16* w, const bf16* bias, void
   return true;
 }
 
+// What both versions need: 1..16 activation rows, the wgmma shape and alignment limits, an sm_90a
+// device and binary.
+bool gemv_wgmma_can_run(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K) {
+  return M >= 1 && M <= 16 && wgmma_shape_ok(x, w, M, N, K) && (N + GW_BM - 1) / GW_BM < (int64_t(1) << 31) &&
+         gemv_wgmma_sms() > 0;
+}
+
 }  // namespace
 
 bool gemv_wgmma_persistent(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
                            int64_t K, cudaStream_t stream) {
-  if (M < 1 || M > 16 || !wgmma_shape_ok(x, w, M, N, K) || (N + GW_BM - 1) / GW_BM >= (int64_t(1) << 31)) return false;
-  if (gemv_wgmma_sms() <= 0) return false;
+  if (!gemv_wgmma_can_run(x, w, M, N, K)) return false;
   const int m = int(M);
   return m <= 8 ? launch_persistent_gemv<8>(x, w, bias, y, mode, m, N, K, stream)
                 : launch_persistent_gemv<16>(x, w, bias, y, mode, m, N, K, stream);
@@ -508,8 +518,7 @@ bool gemv_wgmma_persistent(const bf16* x, const bf16* w, const bf16* bias, void*
 
 bool gemv_wgmma(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
                 int64_t K, cudaStream_t stream) {
-  if (M < 1 || M > 16 || !wgmma_shape_ok(x, w, M, N, K) || (N + GW_BM - 1) / GW_BM >= (int64_t(1) << 31)) return false;
-  if (gemv_wgmma_sms() <= 0) return false;
+  if (!gemv_wgmma_can_run(x, w, M, N, K)) return false;
   const int m = int(M);
   return m <= 8 ? launch<8, kStages>(x, w, bias, y, mode, m, N, K, stream)
                 : launch<16, kStages>(x, w, bias, y, mode, m, N, K, stream);
