@@ -60,10 +60,6 @@ double copy_ceiling() {
   return gbs;
 }
 
-struct MatShape {
-  const char* name;
-  int64_t n, k;
-};
 // A model's five projection shapes (N x K: output rows by input width), from its preset
 // (model/random_weights.h): fused q|k|v, o, fused gate|up, down, the output head.
 std::vector<MatShape> shapes_of(const ModelConfig& c) {
@@ -87,12 +83,6 @@ std::vector<DeviceBuffer<bf16>> rotating_weights(int64_t wsize) {
   return w;
 }
 
-// "gate_up M=16 28672x4096": a result's shape label.
-std::string shape_name(const MatShape& s, int64_t m) {
-  char shape[64];
-  std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
-  return shape;
-}
 
 void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms, bool gemm) {
   for (const MatShape& s : g_shapes) {
@@ -450,8 +440,8 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
-  bool attention_batch_only = false, gemm_add_only = false;
-  int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096)
+  bool attention_batch_only = false, gemm_add_only = false, fp8_gemm_only = false;
+  int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096); with --fp8-gemm, its M
   std::string model = "llama3-8b";  // --model: the preset whose projection shapes the benches walk
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
@@ -464,13 +454,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
     else if (!std::strcmp(argv[i], "--gemm")) gemm_only = true;
     else if (!std::strcmp(argv[i], "--gemm-add")) gemm_add_only = true;
+    else if (!std::strcmp(argv[i], "--fp8-gemm")) fp8_gemm_only = true;
     else if (!std::strcmp(argv[i], "--gemm-m") && i + 1 < argc && std::atoll(argv[i + 1]) > 0)
       gemm_only = true, gemm_m = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
     else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
-                           "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--attention-batch] [--model PRESET] [--unheld]\n");
+                           "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--fp8-gemm] [--attention-batch] [--model PRESET] "
+                           "[--unheld]\n");
       return 2;
     }
   }
@@ -491,6 +483,10 @@ int main(int argc, char** argv) {
       bench_decode_batched(copy_gbs);
     } else if (gemm_add_only) {
       bench_gemm_add(copy_gbs);
+    } else if (fp8_gemm_only) {
+      CublasGemm cublas;
+      bench_fp8_gemm(copy_gbs, cublas, g_shapes, gemm_m > 0 ? std::vector<int64_t>{gemm_m}
+                                                             : std::vector<int64_t>{512, 2048, 4096});
     } else if (gemm_only) {
       CublasGemm cublas;
       g_gemm_first_version = 4;
@@ -519,7 +515,8 @@ int main(int argc, char** argv) {
       }
       bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
     }
-    if (!skinny_only && !quant_only && !gemv_only && !gemm_only && !attention_batch_only && !gemm_add_only) {
+    if (!skinny_only && !quant_only && !gemv_only && !gemm_only && !attention_batch_only && !gemm_add_only &&
+        !fp8_gemm_only) {
       probe_wgmma_prefill();
       bench_attention(copy_gbs);
     }

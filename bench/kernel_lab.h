@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/cublas_ref.h"
 #include "backend/cuda/device_buffer.h"
 #include "core/dtype.h"
 #include "kernels/cuda/common.h"
@@ -102,9 +103,24 @@ inline void record(const std::string& kernel, const std::string& shape, const st
                        {"rel_err_vs_cublas", err}, {"floor_us", bytes / ceiling_gbs / 1e3}});
 }
 
+// A projection's weight shape (N x K: output rows by input width) and a result's label for it,
+// "gate_up M=16 28672x4096".
+struct MatShape {
+  const char* name;
+  int64_t n, k;
+};
+inline std::string shape_name(const MatShape& s, int64_t m) {
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);
+  return shape;
+}
+
 // The attention benches (kernel_lab_attention.cpp).
 void probe_wgmma_prefill();
 void bench_attention(double copy_gbs);
 void bench_decode_batched(double copy_gbs);  // also part of bench_attention
+// The fp8 prefill GEMMs (kernel_lab_fp8.cpp, --fp8-gemm) at each M against cuBLASLt fp8 and bf16.
+void bench_fp8_gemm(double copy_gbs, cuda::CublasGemm& cublas, const std::vector<MatShape>& shapes,
+                    const std::vector<int64_t>& ms);
 
 }  // namespace kiln::lab

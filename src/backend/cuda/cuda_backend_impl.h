@@ -316,13 +316,8 @@ struct CudaBackend::Impl {
     return widths;
   }
 
-  // y = in . W^T (+ bias) for m rows; W bf16 or quantized (cuda::qmatmul dispatches on its format).
-  // a: the activations `in` / `out` belong to (their split-K and fp8 scratch).
-  void linear(const char* what, const cuda_backend::Activations& a, const bf16* in, const cuda::QWeight& w,
-              const bf16* bias, void* out, OutMode mode, int64_t m) {
-    std::string name = std::string(what) + (m <= cuda::kGemvMaxRows ? ".gemv" : ".gemm");
-    double out_bytes = mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8;  // add_f32: read + write
-    const profile::Widths widths = weight_widths(w);
+  // The quantized products' scratch for activations `a` (their fp8 rows) and the dequantized W.
+  cuda::QScratch qscratch_for(const cuda_backend::Activations& a) {
     cuda::QScratch scratch;
     scratch.w = qscratch.size() ? qscratch.data() : nullptr;
     scratch.w_elems = int64_t(qscratch.size());
@@ -330,8 +325,42 @@ struct CudaBackend::Impl {
     scratch.xs = a.xs;
     scratch.xq_bytes = a.rows * a.xq_cols;
     scratch.xs_rows = a.xq ? a.rows : 0;
+    return scratch;
+  }
+
+  // y = in . W^T (+ bias) for m rows; W bf16 or quantized (cuda::qmatmul dispatches on its format).
+  // a: the activations `in` / `out` belong to (their split-K and fp8 scratch).
+  // xq_ready: an fp8 W's activations are already in a.xq / a.xs (norm_for wrote them).
+  void linear(const char* what, const cuda_backend::Activations& a, const bf16* in, const cuda::QWeight& w,
+              const bf16* bias, void* out, OutMode mode, int64_t m, bool xq_ready = false) {
+    std::string name = std::string(what) + (m <= cuda::kGemvMaxRows ? ".gemv" : ".gemm");
+    double out_bytes = mode == OutMode::store_bf16 ? 2 : mode == OutMode::store_f32 ? 4 : 8;  // add_f32: read + write
+    const profile::Widths widths = weight_widths(w);
+    cuda::QScratch scratch = qscratch_for(a);
+    scratch.xq_ready = xq_ready;
     op(name, profile::linear(m, w.rows, w.cols, out_bytes, widths),
        [&] { cuda::qmatmul(in, w, bias, out, mode, m, s(), a.splitk, scratch); });
+  }
+
+  // The RMSNorm in front of projection `next`, into a.xn; for an fp8 `next` (session 11) with the
+  // per-token activation quantization fused (cuda::rmsnorm_fp8: a.xq / a.xs, the bytes the norm
+  // then fp8_quantize_rows write; a.xn is not written) and true returned: the product then skips
+  // its own quantization. KILN_FP8_NORM_QUANT=0: the two kernels (same-run comparison).
+  bool norm_for(const cuda_backend::Activations& a, const DeviceBuffer<bf16>& weight, const cuda::QWeight& next,
+                int64_t n) {
+    const int64_t H = c.hidden_size;
+    static const bool fuse = env_switch_on("KILN_FP8_NORM_QUANT");
+    if (fuse && next.format == QuantFormat::fp8 && a.xq && a.xq_cols >= H && cuda::rmsnorm_fp8_fusable(H)) {
+      profile::Cost cost = profile::rmsnorm(n, H);
+      cost.bytes += -2.0 * double(n * H) + double(n * H) + 4.0 * double(n);  // out: e4m3 + a scale a row, not bf16
+      op("rmsnorm+quant", cost, [&] {
+        KILN_CHECK(cuda::rmsnorm_fp8(a.x, weight.data(), nullptr, a.xq, a.xs, n, H, c.rms_eps, s()), internal,
+                   "rmsnorm_fp8 refused a row it takes");
+      });
+      return true;
+    }
+    op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, weight.data(), a.xn, n, H, c.rms_eps, s()); });
+    return false;
   }
 
   // A batch-1 decode step runs each layer as 7 kernels instead of 9, RoPE (with the K/V write) and
@@ -374,7 +403,7 @@ struct CudaBackend::Impl {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const cuda_backend::DeviceLayer& L = layers[size_t(l)];
       const bf16* b_qkv = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
-      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.attn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
+      const bool qkv_in_ready = norm_for(a, L.attn_norm, L.w_qkv.view(), n);
       if (fused && fused->qkv) {
         const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
                                         c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
@@ -388,11 +417,12 @@ struct CudaBackend::Impl {
             cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s());
         });
       } else {
-        linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n);
+        linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
       attend(l);
       linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
-      op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, L.ffn_norm.data(), a.xn, n, H, c.rms_eps, s()); });
+      cuda::QScratch gu_scratch = qscratch_for(a);
+      gu_scratch.xq_ready = norm_for(a, L.ffn_norm, L.w_gu.view(), n);
       if (fused) {
         profile::Cost cost = profile::linear(1, 2 * I, H, 2, weight_widths(L.w_gu.view()));
         cost += profile::silu_mul(1, I);
@@ -410,8 +440,17 @@ struct CudaBackend::Impl {
           KILN_CHECK(cuda::gemm_swiglu(a.xn, L.w_gu.bf16_data(), a.h, n, I, H, s()), internal,
                      "the fused gate/up GEMM refused operands it accepted");
         });
+      } else if (L.w_gu.format == QuantFormat::fp8 &&
+                 cuda::fp8_gemm_swiglu_can_run(a.xn, L.w_gu.view(), a.h, n, I, gu_scratch)) {
+        // The same with fp8 weights (session 11): the activations quantized per token (by the
+        // norm, or here), then the fp8 gate/up GEMM with SwiGLU in its epilogue (the unfused fp8
+        // pair's bits).
+        op("gate_up+silu.gemm", profile::linear(n, 2 * I, H, 1, weight_widths(L.w_gu.view())), [&] {
+          KILN_CHECK(cuda::fp8_gemm_swiglu(a.xn, L.w_gu.view(), a.h, n, I, s(), gu_scratch), internal,
+                     "the fused fp8 gate/up GEMM refused operands it accepted");
+        });
       } else {
-        linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n);
+        linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n, gu_scratch.xq_ready);
         op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
       }
       linear("down", a, a.h, L.w_down.view(), nullptr, a.x, OutMode::add_f32, n);

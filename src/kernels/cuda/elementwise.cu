@@ -1,3 +1,4 @@
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -100,6 +101,51 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ 
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
       o[i] = __float2bfloat16(xr[i] * scale * __bfloat162float(w[i]));
   }
+}
+
+// Max over the block; every thread gets the result (as block_sum; scratch may be block_sum's once
+// every thread has read that sum: the __syncthreads below orders the reuse).
+__device__ float block_max(float v, float* scratch /* 32 floats */) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // block_sum's readers of scratch are done
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  int n_warps = blockDim.x / 32;
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// rmsnorm_kernel's one-pass path (one float4 of the row a thread) with the W8A8 activation
+// quantization of the next projection fused (session 11): the row's bf16 outputs (the bits rmsnorm
+// stores) -> their amax (a second block reduction) -> scale = amax / 448, q = e4m3(v * (448 / amax)),
+// the arithmetic of act_quant.cu's fp8_quantize_kernel, so the bytes are the ones the two kernels
+// in sequence write. out may be null: an fp8 layer reads only q8 / s8.
+__global__ void rmsnorm_fp8_kernel(const float* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ out,
+                                   uint8_t* __restrict__ q8, float* __restrict__ s8, int64_t dim, float eps) {
+  __shared__ float scratch[32];
+  const bool mine = threadIdx.x < dim / 4;
+  const uint2 w_own = mine ? reinterpret_cast<const uint2*>(w)[threadIdx.x] : make_uint2(0, 0);
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t row = blockIdx.x;
+  const float4 v = mine ? reinterpret_cast<const float4*>(x + row * dim)[threadIdx.x] : make_float4(0, 0, 0, 0);
+  const float scale = rsqrtf(block_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w, scratch) / float(dim) + eps);
+  const uint2 packed = normalized4(v, w_own, scale);
+  const float2 f01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed.x));
+  const float2 f23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed.y));
+  const float local = mine ? fmaxf(fmaxf(fabsf(f01.x), fabsf(f01.y)), fmaxf(fabsf(f23.x), fabsf(f23.y))) : 0.0f;
+  const float amax = block_max(local, scratch);
+  const float inv = amax > 0.0f ? __fdiv_rn(448.0f, amax) : 0.0f;
+  if (threadIdx.x == 0) s8[row] = __fdiv_rn(amax, 448.0f);
+  if (!mine) return;
+  if (out) reinterpret_cast<uint2*>(out + row * dim)[threadIdx.x] = packed;
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(f01.x, inv), __fmul_rn(f01.y, inv)),
+                                               __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(f23.x, inv), __fmul_rn(f23.y, inv)),
+                                               __NV_SATFINITE, __NV_E4M3);
+  reinterpret_cast<uint32_t*>(q8 + row * dim)[threadIdx.x] = lo | (hi << 16);
 }
 
 // One block per token; thread j rotates pair j % (rot_dim/2) of head j / (rot_dim/2), for all q and
@@ -341,6 +387,18 @@ void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_
                                                    : 128;
   launch_pdl(rmsnorm_kernel, dim3(unsigned(rows)), dim3(threads), 0, stream, x, delta, weight, out, dim, eps);
   KILN_CUDA_CHECK_LAUNCH();
+}
+
+bool rmsnorm_fp8_fusable(int64_t dim) { return dim % 4 == 0 && dim >= 4 && dim <= 4096; }
+
+bool rmsnorm_fp8(const float* x, const bf16* weight, bf16* out, uint8_t* q8, float* s8, int64_t rows, int64_t dim,
+                 float eps, cudaStream_t stream) {
+  if (!rmsnorm_fp8_fusable(dim) || rows >= (int64_t(1) << 31)) return false;
+  if (rows == 0) return true;
+  const int threads = int(std::max<int64_t>(128, (dim / 4 + 31) / 32 * 32));  // as rmsnorm's one-pass path
+  launch_pdl(rmsnorm_fp8_kernel, dim3(unsigned(rows)), dim3(threads), 0, stream, x, weight, out, q8, s8, dim, eps);
+  KILN_CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 namespace {

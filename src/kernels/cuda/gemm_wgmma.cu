@@ -165,17 +165,30 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 }  // namespace
 
 // (rows, K) row-major bf16 -> tensor map with (64, box_rows) boxes, 128-byte swizzle, zero fill.
-bool wgmma_make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_rows) {
+namespace {
+// A K-major (rows, K) operand in (128 bytes of K, box_rows) boxes, 128-byte swizzle, zero fill past
+// its edges: what every wgmma ring loads, whatever the element width.
+bool make_kmajor_map(CUtensorMap* map, const void* p, CUtensorMapDataType type, int elem_bytes, int64_t rows,
+                     int64_t K, int box_rows) {
   wgmma_ptx::EncodeTiled fn = wgmma_ptx::tensor_map_encoder();
   if (!fn) return false;
   cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-  cuuint64_t strides[1] = {cuuint64_t(K) * 2};  // bytes, multiple of 16 (K % 8 == 0)
-  cuuint32_t box[2] = {cuuint32_t(WG_BK), cuuint32_t(box_rows)};
+  cuuint64_t strides[1] = {cuuint64_t(K) * cuuint64_t(elem_bytes)};  // bytes, multiple of 16 (callers check K)
+  cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)};
   cuuint32_t elem_strides[2] = {1, 1};
-  CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p), dims, strides, box, elem_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r = fn(map, type, 2, const_cast<void*>(p), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
+}
+}  // namespace
+
+bool wgmma_make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_rows) {
+  static_assert(WG_BK * 2 == 128, "a K step is one 128-byte swizzle row");
+  return make_kmajor_map(map, p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, rows, K, box_rows);
+}
+
+bool wgmma_make_map_e4m3(CUtensorMap* map, const uint8_t* p, int64_t rows, int64_t K, int box_rows) {
+  return make_kmajor_map(map, p, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, rows, K, box_rows);
 }
 
 namespace {

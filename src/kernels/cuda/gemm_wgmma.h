@@ -72,9 +72,26 @@ bool gemm_wgmma_swiglu_can_run(const bf16* x, const bf16* w_gu, const bf16* h, i
 bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K,
                        cudaStream_t stream);
 
+// Session 11: version 5's TMA-epilogue configurations with fp8 operands (W8A8: e4m3 x (M, K) and
+// W (N, K), one fp32 scale per x row in xs and per W row in ws, y = acc * xs[m] * ws[n] + bias, as
+// fp8_gemm_wgmma.cu's kernel). config: 0 = auto (the bf16 plan's tile), 4 / 7 / 8 = 128x256 /
+// 128x128 / 128x192 with TMA stores (store_bf16, N % 8 == 0), 9 / 10 = 128x256 / 128x128 with TMA
+// reduce-adds (add_f32, N % 4 == 0). Returns false and launches nothing for another mode, a config
+// that does not match the mode, or operands it cannot take (K % 16, 16-byte alignment of xq, W, y).
+bool gemm_wgmma_fp8(int config, const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws,
+                    const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+// h = silu(xq . Wg^T) * (xq . Wu^T) with fp8 operands, each product scaled and rounded to bf16 first
+// (what the fp8 GEMM then silu_mul store): gemm_wgmma_swiglu's tiles. can_run as the bf16 one's.
+bool gemm_wgmma_fp8_swiglu_can_run(const uint8_t* xq, const uint8_t* w_gu, const bf16* h, int64_t M, int64_t inter,
+                                   int64_t K);
+bool gemm_wgmma_fp8_swiglu(const uint8_t* xq, const float* xs, const uint8_t* w_gu, const float* ws, bf16* h,
+                           int64_t M, int64_t inter, int64_t K, cudaStream_t stream);
+
 // Shared by the wgmma GEMM files: the shape / alignment limits (K % 8 == 0, 16-byte aligned x and W,
 // int coordinates), and the (rows, K) bf16 tensor map with (64, box_rows) boxes, 128-byte swizzle.
 bool wgmma_shape_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);
 bool wgmma_make_map(CUtensorMap* map, const bf16* p, int64_t rows, int64_t K, int box_rows);
+// The same for (rows, K) e4m3 bytes: (128, box_rows) boxes. K % 16 == 0.
+bool wgmma_make_map_e4m3(CUtensorMap* map, const uint8_t* p, int64_t rows, int64_t K, int box_rows);
 
 }  // namespace kiln::cuda

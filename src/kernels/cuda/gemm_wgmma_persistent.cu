@@ -93,10 +93,17 @@ namespace {
 
 constexpr int P_BM = 128, P_BK = 64, P_THREADS = 384;  // 1 producer + 2 consumer warpgroups
 
-template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = false, bool ADD_ = false>
+template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = false, bool ADD_ = false,
+          bool FP8_ = false>
 struct PCfg {
   static constexpr int BN = BN_, STAGES = STAGES_;
   static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
+  // FP8 (session 11, gemm_wgmma_fp8): e4m3 x and W (W8A8), one scale per x row and per W row applied
+  // to the fp32 accumulators before the epilogue. A K step is 128 bytes of a row either way (64 bf16
+  // or 128 e4m3 values), so the ring, the swizzle, the descriptors and the 4 wgmmas a step are the
+  // bf16 kernel's; only the instruction (k32 e4m3 for k16 bf16) and BK in elements differ.
+  static constexpr bool FP8 = FP8_;
+  static constexpr int BK = FP8 ? 2 * P_BK : P_BK;  // K elements per 128-byte step
   // ADD (configs 9 / 10, session 9; in the plan since session 10): the fp32 add_f32 output
   // (y += x . W^T, the residual adds of o and down) through TMA reduce-adds: each consumer stages
   // (64 rows, 32 columns) fp32 boxes in two 8 KB buffers that take turns, and
@@ -142,6 +149,14 @@ using PCfgCo128Add = PCfg<128, 6, false, true, false, true>;  // 32 KB staging +
 // Session 7 (gate_up M = 512: 512 tiles of 128x224 = 3.88 rounds on 132 SMs; see the note below).
 using PCfgCo224 = PCfg<224, 5, false>;          // 5 x 44 KB = 220 KB
 using PCfgCo224T = PCfg<224, 3, false, true>;   // 56 KB C staging + 3 x 44 KB = 188 KB (4 would be 232)
+// Session 11: the fp8 twins of the TMA-epilogue configurations (gemm_wgmma_fp8): the same bytes per
+// stage, so the same ring depths.
+using PCfgCo128TF8 = PCfg<128, 6, false, true, false, false, true>;
+using PCfgCo192TF8 = PCfg<192, 4, false, true, false, false, true>;
+using PCfgCo256TF8 = PCfg<256, 3, false, true, false, false, true>;
+using PCfgCo256TSwigluF8 = PCfg<256, 3, false, true, true, false, true>;
+using PCfgCo256AddF8 = PCfg<256, 4, false, true, false, true, true>;
+using PCfgCo128AddF8 = PCfg<128, 6, false, true, false, true, true>;
 
 #ifdef KILN_WGMMA_DEVICE
 using namespace wgmma_ptx;
@@ -249,15 +264,44 @@ __device__ __forceinline__ void reduce_add_block_tma(const float* d, int tid, in
     }
   }
 }
+// FP8: one consumer's (64, BN) accumulator block times its rows' and columns' scales, in the order
+// the unfused fp8 kernel multiplies (acc * scale_x * scale_w; the bias comes after, in the
+// epilogue). W row n's scale is ws[n]; with SWIGLU the thread's columns j < BN / 16 are gate rows
+// n0 + .. and the rest up rows n_rows / 2 + n0 + .. (n_rows = 2I). Rows >= M and W rows >= n_rows
+// get 0 (their outputs are clipped by the stores).
+template <int BN, bool SWIGLU>
+__device__ __forceinline__ void scale_acc_fp8(float* d, int tid, int64_t row0, int64_t n0, const float* xs,
+                                              const float* ws, int64_t M, int64_t n_rows) {
+  const int w = tid / 32, l = tid % 32;
+  float sx[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = row0 + w * 16 + l / 4 + 8 * h;
+    sx[h] = r < M ? xs[r] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    constexpr int kHalf = BN / 16;  // SWIGLU: the gate columns' 8-column groups
+    const int64_t wrow = SWIGLU ? (j < kHalf ? n0 + 8 * j : n_rows / 2 + n0 + 8 * (j - kHalf)) + 2 * (l % 4)
+                                : n0 + 8 * j + 2 * (l % 4);
+    const float w0 = wrow < n_rows ? ws[wrow] : 0.0f, w1 = wrow + 1 < n_rows ? ws[wrow + 1] : 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      d[4 * j + 2 * h] = d[4 * j + 2 * h] * sx[h] * w0;
+      d[4 * j + 2 * h + 1] = d[4 * j + 2 * h + 1] * sx[h] * w1;
+    }
+  }
+}
 #endif  // KILN_WGMMA_DEVICE
 
 template <class C>
 __global__ void __launch_bounds__(P_THREADS, 1)
     gemm_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                                  const __grid_constant__ CUtensorMap map_y, const bf16* __restrict__ bias,
-                                 void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K) {
+                                 void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K,
+                                 const float* __restrict__ xs, const float* __restrict__ ws) {
 #ifdef KILN_WGMMA_DEVICE
-  constexpr int BN = C::BN, STAGES = C::STAGES, MH = C::MH, ACC = C::ACC;
+  constexpr int BN = C::BN, STAGES = C::STAGES, MH = C::MH, ACC = C::ACC, BK = C::BK;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sc0 = smem_u32(smem);               // TMA_EPI: C staging (128, BN) bf16, 2 halves
@@ -270,7 +314,7 @@ __global__ void __launch_bounds__(P_THREADS, 1)
   // SWIGLU: N is the output width I (a multiple of BN_OUT, the host checks); W has 2I rows.
   constexpr int BN_OUT = C::BN_OUT;
   const int tiles = m_tiles * int((N + BN_OUT - 1) / BN_OUT);  // < 2^31 (the host checks)
-  const int k_steps = int((K + P_BK - 1) / P_BK);
+  const int k_steps = int((K + BK - 1) / BK);
   const int grid = int(gridDim.x);
 
   if (threadIdx.x == 0) {
@@ -295,12 +339,12 @@ __global__ void __launch_bounds__(P_THREADS, 1)
           const uint32_t s = g % STAGES, use = g / STAGES;
           mbar_wait(empty0 + 8 * s, (use & 1) ^ 1);  // the stage's previous use was released
           mbar_arrive_expect_tx(full0 + 8 * s, C::kStageBytes);
-          tma_load_2d(sa0 + s * C::kABytes, &map_x, full0 + 8 * s, kt * P_BK, m0);  // (128, 64)
-          if constexpr (C::SWIGLU) {  // (128, 64) of gate rows, then (128, 64) of the matching up rows
-            tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * P_BK, n0);
-            tma_load_2d(sb0 + s * C::kBBytes + C::kBBytes / 2, &map_w, full0 + 8 * s, kt * P_BK, int(N) + n0);
+          tma_load_2d(sa0 + s * C::kABytes, &map_x, full0 + 8 * s, kt * BK, m0);  // (128, BK)
+          if constexpr (C::SWIGLU) {  // (128, BK) of gate rows, then (128, BK) of the matching up rows
+            tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * BK, n0);
+            tma_load_2d(sb0 + s * C::kBBytes + C::kBBytes / 2, &map_w, full0 + 8 * s, kt * BK, int(N) + n0);
           } else {
-            tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * P_BK, n0);  // (BN, 64)
+            tma_load_2d(sb0 + s * C::kBBytes, &map_w, full0 + 8 * s, kt * BK, n0);  // (BN, BK)
           }
         }
       }
@@ -329,8 +373,12 @@ __global__ void __launch_bounds__(P_THREADS, 1)
 #pragma unroll
         for (int k = 0; k < P_BK / 16; ++k)
 #pragma unroll
-          for (int h = 0; h < MH; ++h)
-            wgmma_bn<BN>(acc + h * (BN / 2), sw128_desc(a_base + h * 64 * 128) + 2 * k, db + 2 * k);
+          for (int h = 0; h < MH; ++h) {
+            if constexpr (C::FP8)
+              wgmma_bn_e4m3<BN>(acc + h * (BN / 2), sw128_desc(a_base + h * 64 * 128) + 2 * k, db + 2 * k);
+            else
+              wgmma_bn<BN>(acc + h * (BN / 2), sw128_desc(a_base + h * 64 * 128) + 2 * k, db + 2 * k);
+          }
         wgmma_commit();
         wgmma_wait<1>();  // step kt-1's wgmmas have retired: release its stage
         fence_acc<ACC>(acc);
@@ -341,6 +389,12 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       wgmma_wait<0>();
       fence_acc<ACC>(acc);
       if (tid == 0) mbar_arrive(empty0 + 8 * ((g0 + uint32_t(k_steps) - 1) % STAGES));
+      if constexpr (C::FP8) {
+#pragma unroll
+        for (int h = 0; h < MH; ++h)
+          scale_acc_fp8<BN, C::SWIGLU>(acc + h * (BN / 2), tid, m0 + (C::PP ? h : c) * 64, n0, xs, ws, M,
+                                       C::SWIGLU ? 2 * N : N);
+      }
       if constexpr (C::SWIGLU) {
         // Thread columns j (gate, j < BN / 16) and j + BN / 16 (up) are the same h column: silu(g) * u
         // in place over the gate half, each rounded to bf16 first as the unfused path stores them
@@ -368,9 +422,11 @@ __global__ void __launch_bounds__(P_THREADS, 1)
 #endif
 }
 
+// w: bf16 (N, K), or e4m3 bytes for C::FP8 (then xs / ws are the row scales of x and W).
 template <class C>
-void launch_persistent(const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
-                       int64_t K, int sms, cudaStream_t stream, const CUtensorMap& mx, const CUtensorMap& my) {
+void launch_persistent(const void* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
+                       int sms, cudaStream_t stream, const CUtensorMap& mx, const CUtensorMap& my,
+                       const float* xs = nullptr, const float* ws = nullptr) {
   static bool configured = false;  // raising the dynamic shared-memory limit once is enough
   if (!configured) {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_persistent_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -380,11 +436,15 @@ void launch_persistent(const bf16* w, const bf16* bias, void* y, OutMode mode, i
   // W's map: BN rows a box, or for SwiGLU (N = I output columns) 2I rows in boxes of BN / 2, the
   // gate half and the up half loaded separately.
   CUtensorMap mw;
-  KILN_CUDA_REQUIRE(wgmma_make_map(&mw, w, C::SWIGLU ? 2 * N : N, K, C::SWIGLU ? C::BN / 2 : C::BN),
-                    "gemm v5: tensor map");
+  const int64_t w_rows = C::SWIGLU ? 2 * N : N;
+  const int box_rows = C::SWIGLU ? C::BN / 2 : C::BN;
+  const bool mapped = C::FP8 ? wgmma_make_map_e4m3(&mw, static_cast<const uint8_t*>(w), w_rows, K, box_rows)
+                             : wgmma_make_map(&mw, static_cast<const bf16*>(w), w_rows, K, box_rows);
+  KILN_CUDA_REQUIRE(mapped, "gemm v5: tensor map");
   const int64_t tiles = ((M + P_BM - 1) / P_BM) * ((N + C::BN_OUT - 1) / C::BN_OUT);
   const unsigned grid = unsigned(std::min<int64_t>(tiles, sms));
-  gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(mx, mw, my, bias, y, mode, M, N, K);
+  gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(mx, mw, my, bias, y, mode, M, N, K, xs,
+                                                                               ws);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -402,7 +462,13 @@ int device_sms() {
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256Add>),
-                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128Add>)});
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128Add>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128TF8>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192TF8>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TF8>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwigluF8>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256AddF8>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128AddF8>)});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -538,6 +604,75 @@ bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int6
   CUtensorMap mx, my;
   if (!wgmma_make_map(&mx, x, M, K, P_BM) || !wgmma_make_map(&my, h, M, inter, 64)) return false;
   launch_persistent<PCfgCo256TSwiglu>(w_gu, nullptr, h, OutMode::store_bf16, M, inter, K, device_sms(), stream, mx, my);
+  return true;
+}
+
+namespace {
+
+// The fp8 operands' limits: as wgmma_shape_ok with K % 16 == 0 (16-byte rows of e4m3).
+bool fp8_shape_ok(const uint8_t* xq, const uint8_t* w, int64_t M, int64_t N, int64_t K) {
+  if (M <= 0 || N <= 0 || K <= 0 || K % 16 != 0) return false;
+  if ((reinterpret_cast<uintptr_t>(xq) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) return false;
+  if (M > (int64_t(1) << 31) - P_BM || N > (int64_t(1) << 31) - 256 || K > (int64_t(1) << 31) - 128) return false;
+  return ceil_div(M, P_BM) * ceil_div(N, 128) < (int64_t(1) << 31);
+}
+
+// The fp8 configuration for a shape: the bf16 plan's tile (rounds x area / rate), always with the
+// TMA epilogue (the fp8 main loop is twice as fast per tile, so the register store's fixed cost
+// weighs twice as much): a store takes 128x128 (7), 128x192 (8) or 128x256 (4); a residual add
+// 128x256 (9) where the plan takes 128x256, else 128x128 (10).
+int plan_fp8(int64_t M, int64_t N, int sms, bool add) {
+  const int p = plan(M, N, sms, /*tma_epi=*/true);
+  const bool wide = p == 3 || p == 4;
+  if (add) return wide ? 9 : 10;
+  return wide ? 4 : (p == 2 || p == 8) ? 8 : 7;
+}
+
+}  // namespace
+
+bool gemm_wgmma_fp8(int config, const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws,
+                    const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  if (!fp8_shape_ok(xq, w, M, N, K) || !xs || !ws || reinterpret_cast<uintptr_t>(y) % 16 != 0) return false;
+  const bool store = mode == OutMode::store_bf16 && N % 8 == 0, add = mode == OutMode::add_f32 && N % 4 == 0;
+  if (!store && !add) return false;
+  const int sms = device_sms();
+  if (sms <= 0) return false;
+  if (config == 0) config = plan_fp8(M, N, sms, add);
+  const bool config_adds = config == 9 || config == 10;
+  if (config_adds != add || !(config == 4 || config == 7 || config == 8 || config_adds)) return false;
+  CUtensorMap mx, my;
+  if (!wgmma_make_map_e4m3(&mx, xq, M, K, P_BM)) return false;
+  const bool mapped = add ? make_add_map_f32(&my, static_cast<const float*>(y), M, N)
+                          : wgmma_make_map(&my, static_cast<const bf16*>(y), M, N, 64);
+  if (!mapped) return false;
+  auto launch = [&](auto cfg) {
+    launch_persistent<decltype(cfg)>(w, bias, y, mode, M, N, K, sms, stream, mx, my, xs, ws);
+  };
+  switch (config) {
+    case 4: launch(PCfgCo256TF8{}); break;
+    case 7: launch(PCfgCo128TF8{}); break;
+    case 8: launch(PCfgCo192TF8{}); break;
+    case 9: launch(PCfgCo256AddF8{}); break;
+    default: launch(PCfgCo128AddF8{}); break;  // 10
+  }
+  return true;
+}
+
+bool gemm_wgmma_fp8_swiglu_can_run(const uint8_t* xq, const uint8_t* w_gu, const bf16* h, int64_t M, int64_t inter,
+                                   int64_t K) {
+  constexpr int kOut = PCfgCo256TSwigluF8::BN_OUT;
+  if (!fp8_shape_ok(xq, w_gu, M, 2 * inter, K) || inter % kOut != 0 || reinterpret_cast<uintptr_t>(h) % 16 != 0)
+    return false;
+  const int sms = device_sms();
+  return sms > 0 && plan_fp8(M, 2 * inter, sms, false) == 4;  // the tiles the unfused product takes
+}
+
+bool gemm_wgmma_fp8_swiglu(const uint8_t* xq, const float* xs, const uint8_t* w_gu, const float* ws, bf16* h,
+                           int64_t M, int64_t inter, int64_t K, cudaStream_t stream) {
+  CUtensorMap mx, my;
+  if (!wgmma_make_map_e4m3(&mx, xq, M, K, P_BM) || !wgmma_make_map(&my, h, M, inter, 64)) return false;
+  launch_persistent<PCfgCo256TSwigluF8>(w_gu, nullptr, h, OutMode::store_bf16, M, inter, K, device_sms(), stream, mx,
+                                        my, xs, ws);
   return true;
 }
 

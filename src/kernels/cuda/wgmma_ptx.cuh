@@ -189,6 +189,33 @@ __device__ __forceinline__ void wgmma_bn(float* d, uint64_t desc_a, uint64_t des
   }
 }
 
+// D(64, BN) += A(64, 32) . B(BN, 32)^T with e4m3 operands (K-major, 128B swizzle; wgmma takes no
+// transpose for 8-bit types). A 32-byte K slice is 32 e4m3 values where bf16's is 16, so the
+// descriptors advance by the same +2 (32 bytes) per instruction: a 128-byte K step is 4 of either.
+template <int BN>
+__device__ __forceinline__ void wgmma_bn_e4m3(float* d, uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (BN == 256) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " KILN_WGMMA_ACC128_REGS ", %128, %129, p, 1, 1;\n}\n"
+        : KILN_WGMMA_ACC128_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else if constexpr (BN == 192) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " KILN_WGMMA_ACC96_REGS ", %96, %97, p, 1, 1;\n}\n"
+        : KILN_WGMMA_ACC96_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else {
+    static_assert(BN == 128, "wgmma_bn_e4m3: n128 / n192 / n256");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " KILN_WGMMA_ACC64_REGS ", %64, %65, p, 1, 1;\n}\n"
+        : KILN_WGMMA_ACC64_OUT(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  }
+}
+
 #endif  // KILN_WGMMA_DEVICE
 
 // The launch configuration of a kernel in clusters of 2 CTAs along x (gemm_wgmma_cluster.cu,

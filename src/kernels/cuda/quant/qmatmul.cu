@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/quant/qmatmul.h"
 
 namespace kiln::cuda {
@@ -45,7 +47,7 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
     case QuantFormat::fp8: {
       KILN_CUDA_REQUIRE(scratch.xq && scratch.xq_bytes >= M * K && scratch.xs_rows >= M,
                         "qmatmul: fp8 needs an activation scratch of M * K bytes and M scales");
-      fp8_quantize_rows(x, M, K, scratch.xq, scratch.xs, stream);
+      if (!scratch.xq_ready) fp8_quantize_rows(x, M, K, scratch.xq, scratch.xs, stream);
       if (M > kGemvMaxRows && fp8_gemm(scratch.xq, scratch.xs, w, bias, y, mode, M, stream)) return;
       by_slices(M, N, y, mode, [&](int64_t m0, int64_t m, void* ys) {
         fp8_gemv(scratch.xq + m0 * K, scratch.xs + m0, w, bias, ys, mode, m, stream);
@@ -53,6 +55,26 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
       return;
     }
   }
+}
+
+bool fp8_gemm_swiglu_can_run(const bf16* x, const QWeight& w, const bf16* h, int64_t M, int64_t inter,
+                             const QScratch& scratch) {
+  // The switches of the unfused pair it replaces: KILN_GEMM_SWIGLU=0 (as for bf16) and
+  // KILN_FP8_PERSISTENT=0 (the one-tile-per-block fp8 GEMM, which has no fused form).
+  static const bool on = env_switch_on("KILN_GEMM_SWIGLU") && env_switch_on("KILN_FP8_PERSISTENT");
+  const int64_t K = w.cols;
+  if (!on || w.format != QuantFormat::fp8 || w.rows != 2 * inter || M <= kGemvMaxRows || (!x && !scratch.xq_ready))
+    return false;
+  if (!scratch.xq || scratch.xq_bytes < M * K || scratch.xs_rows < M) return false;
+  return gemm_wgmma_fp8_swiglu_can_run(scratch.xq, static_cast<const uint8_t*>(w.data), h, M, inter, K);
+}
+
+bool fp8_gemm_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t M, int64_t inter, cudaStream_t stream,
+                     const QScratch& scratch) {
+  if (!fp8_gemm_swiglu_can_run(x, w, h, M, inter, scratch)) return false;
+  if (!scratch.xq_ready) fp8_quantize_rows(x, M, w.cols, scratch.xq, scratch.xs, stream);
+  return gemm_wgmma_fp8_swiglu(scratch.xq, scratch.xs, static_cast<const uint8_t*>(w.data), w.scales, h, M, inter,
+                               w.cols, stream);
 }
 
 }  // namespace kiln::cuda

@@ -17,11 +17,15 @@
 //               not fast; a Marlin-style fused tile GEMM is the next step.
 //   fp8 (W8A8, e4m3 weights with one scale per row, activations quantized per token at run time):
 //     every M:  fp8_quantize_rows (act_quant.cu): per row of x, scale = amax / 448, q = e4m3(x * 448 / amax)
-//               (round to nearest even, saturating), into a scratch (M, K) byte matrix + M scales.
+//               (round to nearest even, saturating), into a scratch (M, K) byte matrix + M scales;
+//               skipped when the RMSNorm in front wrote them (elementwise.h's rmsnorm_fp8, xq_ready).
 //     M <= 16:  fp8_gemv (fp8_gemv.cu): both operands converted e4m3 -> f16 (exact) in registers, f16
 //               mma.sync, y = acc * scale_x[m] * scale_w[n]: the same products as the CPU reference.
-//     M > 16:   fp8_gemm (fp8_gemm_wgmma.cu, sm_90a): wgmma m64nNk32 e4m3 x e4m3 from TMA-fed shared
-//               memory; elsewhere fp8_gemv over 16-row slices.
+//     M > 16:   fp8_gemm (sm_90a): wgmma m64nNk32 e4m3 x e4m3 from TMA-fed shared memory, in the
+//               persistent bf16 GEMM's TMA-store / reduce-add configurations (gemm_wgmma.h's
+//               gemm_wgmma_fp8, session 11) for bf16 stores and residual adds, else in
+//               fp8_gemm_wgmma.cu's one-tile-per-block kernel; elsewhere fp8_gemv over 16-row slices.
+//               fp8_gemm_swiglu: gate/up with SwiGLU in the epilogue (the backend's prefill).
 //
 // Device layouts (what the upload packs to; pack_quantized in qpack.cu writes them):
 //   int4 (K % 128 == 0): a row is K / 128 super-chunks of 64 bytes, one 16-byte piece per lane t = 0..3
@@ -66,6 +70,9 @@ struct QScratch {
   uint8_t* xq = nullptr;   // fp8: quantized activations (rows, cols of x), 16-byte aligned
   float* xs = nullptr;     // fp8: one scale per activation row
   int64_t xq_bytes = 0, xs_rows = 0;
+  // fp8: xq / xs already hold this product's x quantized (the fused rmsnorm_fp8 wrote them), so the
+  // product skips fp8_quantize_rows.
+  bool xq_ready = false;
 };
 
 constexpr int64_t kQGemvSliceRows = 64;  // int8/int4: up to this M, 16-row GEMV slices; beyond, dequant + GEMM
@@ -116,8 +123,18 @@ void fp8_quantize_rows(const bf16* x, int64_t M, int64_t K, uint8_t* xq, float* 
 // launches nothing) when the wgmma kernel cannot run here (not sm_90a, K % 16 != 0, misaligned).
 void fp8_gemv(const uint8_t* xq, const float* xs, const QWeight& w, const bf16* bias, void* y, OutMode mode,
               int64_t M, cudaStream_t stream);
+// fp8_gemm's version: 0 = auto (2 where it runs, else 1), 1 = fp8_gemm_wgmma.cu's one tile per block,
+// 2 = the persistent GEMM's fp8 configurations only (gemm_wgmma.h: bf16 stores and residual adds).
 bool fp8_gemm(const uint8_t* xq, const float* xs, const QWeight& w, const bf16* bias, void* y, OutMode mode,
-              int64_t M, cudaStream_t stream);
+              int64_t M, cudaStream_t stream, int version = 0);
+// h = silu(x . Wg^T) * (x . Wu^T) for fp8 W = [Wg; Wu] (2 inter rows) at M > 16: x quantized per
+// token into scratch, then the fused fp8 GEMM (gemm_wgmma.h). can_run: sm_90a, the shape and the
+// tiles (as the bf16 gemm_swiglu_ok), and the scratch; fp8_gemm_swiglu returns false (nothing
+// launched) where it cannot run.
+bool fp8_gemm_swiglu_can_run(const bf16* x, const QWeight& w, const bf16* h, int64_t M, int64_t inter,
+                             const QScratch& scratch);
+bool fp8_gemm_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t M, int64_t inter, cudaStream_t stream,
+                     const QScratch& scratch);
 bool fp8_gemm_available();
 
 }  // namespace kiln::cuda
