@@ -54,7 +54,9 @@ TEST(GpuElementwise, RmsNormWithAndWithoutResidualAdd) {
 // Batch invariance of the norm: row r of a 300-row call has the bits of the same row normalized
 // alone, at every dim of the one-pass path (4096: 32 warps of the block; 3584: 28; 576: 5; 64 and
 // 200: 4, partly empty). Written for a warp-per-row kernel for many rows (session 10, commit
-// 02a676a: same bits, but slower at 2048 rows; removed); any such kernel must keep this.
+// 02a676a: same bits, but slower at 2048 rows; removed); any such kernel must keep this. Since
+// session 11 the 300 rows take the 256-thread kernel (rmsnorm_wide_kernel, from 17 rows) and the
+// single rows the one-pass kernel: this is the test that the wide kernel replays its sum.
 TEST(GpuElementwise, RmsNormManyRowsSameBitsAsOneRow) {
   KILN_REQUIRE_GPU();
   for (int64_t dim : {64, 200, 576, 3584, 4096}) {

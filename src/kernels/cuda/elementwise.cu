@@ -117,35 +117,108 @@ __device__ float block_max(float v, float* scratch /* 32 floats */) {
   return v;
 }
 
-// rmsnorm_kernel's one-pass path (one float4 of the row a thread) with the W8A8 activation
-// quantization of the next projection fused (session 11): the row's bf16 outputs (the bits rmsnorm
-// stores) -> their amax (a second block reduction) -> scale = amax / 448, q = e4m3(v * (448 / amax)),
-// the arithmetic of act_quant.cu's fp8_quantize_kernel, so the bytes are the ones the two kernels
-// in sequence write. out may be null: an fp8 layer reads only q8 / s8.
-__global__ void rmsnorm_fp8_kernel(const float* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ out,
-                                   uint8_t* __restrict__ q8, float* __restrict__ s8, int64_t dim, float eps) {
+// Rows of up to kWideVec * kWideThreads float4 (4096 values): a 256-thread block per row, thread t
+// holding float4s t, t + 256, .. (session 11). The one-pass path of rmsnorm_kernel gives a row a
+// 1024-thread block, one float4 a thread: 2 rows resident per SM, 32 KB in flight, 19 us for
+// 2048 x 4096 at prefill (2.5 TB/s, 61% of the roof). Here 8 rows are resident per SM with all
+// their loads issued at once (128 KB in flight). The sum of squares replays the one-pass block's
+// order (block_sum_replay), so a row gets the same bits from either kernel: rmsnorm picks by row
+// count (a decode step's few rows keep the one-pass kernel, which measured ~1% faster at tg128) and
+// a request's tokens do not depend on the batch it runs in.
+// kFp8: the W8A8 quantization of the next projection fused: the row's bf16 outputs (the bits
+// stored) -> their amax (a second block reduction) -> scale = amax / 448, q = e4m3(v * (448 / amax)),
+// act_quant.cu's arithmetic, so q8 / s8 hold what rmsnorm then fp8_quantize_rows write. out may be
+// null then (an fp8 layer reads only q8 / s8).
+constexpr int kWideThreads = 256, kWideVec = 4;
+
+// The threads rmsnorm gives rmsnorm_kernel's one-pass path for a row of n4 float4 (see rmsnorm()).
+__host__ __device__ inline int one_pass_threads(int64_t n4) {
+  const int64_t warps32 = (n4 + 31) / 32 * 32;
+  return int(warps32 < 128 ? 128 : warps32);  // whole warps, at least 4
+}
+
+// block_sum as the one-pass kernel's block computes it, from 256 threads: thread (warp w', lane l)
+// holds the squares of float4s 32 (w' + 8 i) + l, i.e. lane l of the one-pass block's warp
+// w' + 8 i; each of those warps is reduced by the same butterfly, their sums go to scratch[w' + 8 i],
+// and the sum over the one-pass block's warps (n_warps of them) is the same butterfly again.
+__device__ float block_sum_replay(const float (&ss)[kWideVec], int n_warps, float* scratch) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float v[kWideVec];
+#pragma unroll
+  for (int i = 0; i < kWideVec; ++i) v[i] = ss[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < kWideVec; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+#pragma unroll
+  for (int i = 0; i < kWideVec; ++i)
+    if (lane == 0 && warp + 8 * i < n_warps) scratch[warp + 8 * i] = v[i];
+  __syncthreads();
+  float t = lane < n_warps ? scratch[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kWideThreads) rmsnorm_wide_kernel(const float* __restrict__ x,
+                                                                    const bf16* __restrict__ w, bf16* __restrict__ out,
+                                                                    uint8_t* __restrict__ q8, float* __restrict__ s8,
+                                                                    int64_t dim, float eps) {
   __shared__ float scratch[32];
-  const bool mine = threadIdx.x < dim / 4;
-  const uint2 w_own = mine ? reinterpret_cast<const uint2*>(w)[threadIdx.x] : make_uint2(0, 0);
+  const int64_t n4 = dim / 4, row = blockIdx.x;
+  uint2 wv[kWideVec];
+#pragma unroll
+  for (int i = 0; i < kWideVec; ++i) {
+    const int64_t c = threadIdx.x + i * kWideThreads;
+    wv[i] = c < n4 ? reinterpret_cast<const uint2*>(w)[c] : make_uint2(0, 0);  // a weight: before the wait
+  }
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t row = blockIdx.x;
-  const float4 v = mine ? reinterpret_cast<const float4*>(x + row * dim)[threadIdx.x] : make_float4(0, 0, 0, 0);
-  const float scale = rsqrtf(block_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w, scratch) / float(dim) + eps);
-  const uint2 packed = normalized4(v, w_own, scale);
-  const float2 f01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed.x));
-  const float2 f23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed.y));
-  const float local = mine ? fmaxf(fmaxf(fabsf(f01.x), fabsf(f01.y)), fmaxf(fabsf(f23.x), fabsf(f23.y))) : 0.0f;
-  const float amax = block_max(local, scratch);
-  const float inv = amax > 0.0f ? __fdiv_rn(448.0f, amax) : 0.0f;
-  if (threadIdx.x == 0) s8[row] = __fdiv_rn(amax, 448.0f);
-  if (!mine) return;
-  if (out) reinterpret_cast<uint2*>(out + row * dim)[threadIdx.x] = packed;
-  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(f01.x, inv), __fmul_rn(f01.y, inv)),
-                                               __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(f23.x, inv), __fmul_rn(f23.y, inv)),
-                                               __NV_SATFINITE, __NV_E4M3);
-  reinterpret_cast<uint32_t*>(q8 + row * dim)[threadIdx.x] = lo | (hi << 16);
+  const float4* xr = reinterpret_cast<const float4*>(x + row * dim);
+  float4 v[kWideVec];
+#pragma unroll
+  for (int i = 0; i < kWideVec; ++i) {
+    const int64_t c = threadIdx.x + i * kWideThreads;
+    v[i] = c < n4 ? xr[c] : make_float4(0, 0, 0, 0);
+  }
+  float ss[kWideVec];
+#pragma unroll
+  for (int i = 0; i < kWideVec; ++i) ss[i] = v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  const float scale = rsqrtf(block_sum_replay(ss, one_pass_threads(n4) / 32, scratch) / float(dim) + eps);
+  uint2 packed[kWideVec];
+#pragma unroll
+  for (int i = 0; i < kWideVec; ++i) packed[i] = normalized4(v[i], wv[i], scale);
+  if constexpr (!kFp8) {
+#pragma unroll
+    for (int i = 0; i < kWideVec; ++i) {
+      const int64_t c = threadIdx.x + i * kWideThreads;
+      if (c < n4) reinterpret_cast<uint2*>(out + row * dim)[c] = packed[i];
+    }
+  } else {
+    float2 f[kWideVec][2];
+    float local = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWideVec; ++i) {
+      f[i][0] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed[i].x));
+      f[i][1] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed[i].y));
+      if (threadIdx.x + i * kWideThreads < n4)
+        local = fmaxf(local, fmaxf(fmaxf(fabsf(f[i][0].x), fabsf(f[i][0].y)), fmaxf(fabsf(f[i][1].x), fabsf(f[i][1].y))));
+    }
+    const float amax = block_max(local, scratch);
+    const float inv = amax > 0.0f ? __fdiv_rn(448.0f, amax) : 0.0f;
+    if (threadIdx.x == 0) s8[row] = __fdiv_rn(amax, 448.0f);
+#pragma unroll
+    for (int i = 0; i < kWideVec; ++i) {
+      const int64_t c = threadIdx.x + i * kWideThreads;
+      if (c >= n4) continue;
+      if (out) reinterpret_cast<uint2*>(out + row * dim)[c] = packed[i];
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(f[i][0].x, inv), __fmul_rn(f[i][0].y, inv)),
+                                                   __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(f[i][1].x, inv), __fmul_rn(f[i][1].y, inv)),
+                                                   __NV_SATFINITE, __NV_E4M3);
+      reinterpret_cast<uint32_t*>(q8 + row * dim)[c] = lo | (hi << 16);
+    }
+  }
 }
 
 // One block per token; thread j rotates pair j % (rot_dim/2) of head j / (rot_dim/2), for all q and
@@ -376,12 +449,31 @@ void embed_gather(const bf16* table, const int32_t* tokens, float* out, int64_t 
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// Whether rmsnorm_wide_kernel can take rows of dim (KILN_RMSNORM_WIDE=0: never, for same-run
+// comparison; its rows then go to rmsnorm_kernel, with the same bits).
+bool rmsnorm_wide(int64_t dim) {
+  static const bool on = env_switch_on("KILN_RMSNORM_WIDE");
+  return on && dim % 4 == 0 && dim >= 4 && dim / 4 <= int64_t(kWideVec) * kWideThreads;
+}
+// From this many rows rmsnorm takes the wide kernel (prefill chunks, batched decode); below, the
+// one-pass kernel (a decode step's rows: one 1024-thread block a row has the shorter latency).
+constexpr int64_t kWideMinRows = 17;
+}  // namespace
+
 void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_t rows, int64_t dim, float eps,
              cudaStream_t stream) {
   if (rows == 0) return;
+  if (delta == nullptr && rows >= kWideMinRows && rmsnorm_wide(dim) && rows < (int64_t(1) << 31)) {
+    launch_pdl(rmsnorm_wide_kernel<false>, dim3(unsigned(rows)), dim3(kWideThreads), 0, stream,
+               static_cast<const float*>(x), weight, out, static_cast<uint8_t*>(nullptr), static_cast<float*>(nullptr),
+               dim, eps);
+    KILN_CUDA_CHECK_LAUNCH();
+    return;
+  }
   // One float4 a thread up to 4096 values (rmsnorm_kernel's one-pass path: the weights loaded before
   // its wait), at least 4 warps; longer or odd rows loop.
-  const int threads = dim % 4 == 0 && dim <= 4096 ? int(std::max<int64_t>(128, (dim / 4 + 31) / 32 * 32))
+  const int threads = dim % 4 == 0 && dim <= 4096 ? one_pass_threads(dim / 4)
                       : dim >= 4096                ? 1024
                       : dim >= 1024                ? 512
                                                    : 128;
@@ -389,14 +481,14 @@ void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-bool rmsnorm_fp8_fusable(int64_t dim) { return dim % 4 == 0 && dim >= 4 && dim <= 4096; }
+bool rmsnorm_fp8_fusable(int64_t dim) { return rmsnorm_wide(dim); }
 
 bool rmsnorm_fp8(const float* x, const bf16* weight, bf16* out, uint8_t* q8, float* s8, int64_t rows, int64_t dim,
                  float eps, cudaStream_t stream) {
   if (!rmsnorm_fp8_fusable(dim) || rows >= (int64_t(1) << 31)) return false;
   if (rows == 0) return true;
-  const int threads = int(std::max<int64_t>(128, (dim / 4 + 31) / 32 * 32));  // as rmsnorm's one-pass path
-  launch_pdl(rmsnorm_fp8_kernel, dim3(unsigned(rows)), dim3(threads), 0, stream, x, weight, out, q8, s8, dim, eps);
+  launch_pdl(rmsnorm_wide_kernel<true>, dim3(unsigned(rows)), dim3(kWideThreads), 0, stream, x, weight, out, q8, s8,
+             dim, eps);
   KILN_CUDA_CHECK_LAUNCH();
   return true;
 }

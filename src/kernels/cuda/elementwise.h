@@ -24,8 +24,9 @@ void rmsnorm(float* x, const float* delta, const bf16* weight, bf16* out, int64_
 // rmsnorm (no delta) with the next fp8 (W8A8) projection's activation quantization fused: the
 // bf16 outputs rmsnorm would store, quantized per row as quant/qmatmul.h's fp8_quantize_rows does
 // (q8 (rows, dim) e4m3 bytes, s8 one scale a row: the same bytes as the two kernels in sequence).
-// out may be null (the bf16 row is then not stored). Rows of dim % 4 == 0 up to 4096 values
-// (rmsnorm_fp8_fusable; one float4 a thread); elsewhere it returns false and launches nothing.
+// out may be null (the bf16 row is then not stored). Rows of dim % 4 == 0 up to 4096 values, the
+// rows rmsnorm runs in its 256-thread kernel (rmsnorm_fp8_fusable; not under KILN_RMSNORM_WIDE=0);
+// elsewhere it returns false and launches nothing.
 bool rmsnorm_fp8_fusable(int64_t dim);
 bool rmsnorm_fp8(const float* x, const bf16* weight, bf16* out, uint8_t* q8, float* s8, int64_t rows, int64_t dim,
                  float eps, cudaStream_t stream);
