@@ -30,17 +30,18 @@ fi
 
 echo "== kernel lab ($BUILD/bench/kernel_lab)"
 # KILN_SUITE_LAB: 1 (default) every bench of the lab; accept: what the acceptance report reads
-# (decode GEMVs, attention, quantized decode GEMVs, the prefill GEMMs against cuBLAS) and the
-# residual-add GEMMs (--gemm-add; ~3-4 minutes); 0: none.
+# (decode GEMVs, attention, quantized decode GEMVs, the prefill GEMMs against cuBLAS), the
+# residual-add GEMMs (--gemm-add) and the fp8 prefill GEMMs against cuBLASLt fp8 (--fp8-gemm;
+# ~5 minutes in all); 0: none.
 if [ "${KILN_SUITE_LAB:-1}" = 0 ]; then
   echo "skipped (KILN_SUITE_LAB=0)"; lab_rc=0
 elif [ "${KILN_SUITE_LAB:-1}" = accept ] && [ -x "$BUILD/bench/kernel_lab" ]; then
   lab_rc=0
-  for part in gemv attention decode gemm gemm-add; do
+  for part in gemv attention decode gemm gemm-add fp8-gemm; do
     "$BUILD/bench/kernel_lab" --$part --json "$OUT/lab_$part.json" >"$OUT/lab_$part.log" 2>&1 || lab_rc=1
   done
   [ $lab_rc -ne 0 ] && status=1
-  echo "lab_{gemv,attention,decode,gemm,gemm-add}.log rc=$lab_rc"
+  echo "lab_{gemv,attention,decode,gemm,gemm-add,fp8-gemm}.log rc=$lab_rc"
 elif [ -x "$BUILD/bench/kernel_lab" ]; then
   "$BUILD/bench/kernel_lab" --json "$OUT/kernel_lab.json" 2>&1 | tee "$OUT/kernel_lab.log"
   lab_rc=${PIPESTATUS[0]}
