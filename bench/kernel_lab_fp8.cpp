@@ -1,11 +1,12 @@
 // kernel_lab --fp8-gemm: the fp8 (W8A8) prefill GEMMs on each projection shape at each M, next to
-// the same run's baselines: cuBLASLt fp8 (e4m3 x e4m3 -> bf16, its heuristic's pick, no scales),
-// cuBLAS bf16 and kiln's bf16 GEMM. kiln's rows: fp8-v1 (fp8_gemm_wgmma.cu: one 128 x BN tile per
+// the same run's baselines: cuBLASLt fp8 (e4m3 x e4m3 -> bf16, its heuristic's pick; without
+// scales, and with kiln's per-row scales through its outer-vector scaling where this cuBLASLt has
+// it: cublas-fp8-rowscale), cuBLAS bf16 and kiln's bf16 GEMM. kiln's rows: fp8-v1 (fp8_gemm_wgmma.cu: one 128 x BN tile per
 // block, register epilogue), fp8-v2 (the persistent kernel's fp8 configurations: TMA-store /
 // reduce-add epilogues), the residual-add form on o / down (-add), SwiGLU fused into gate/up
 // (fp8-swiglu, against fp8-v2+silu: the GEMM then silu_mul), and the per-token activation
 // quantization each product needs in front (quant). Validated first: v2 against v1 (the same fp8
-// sums, bf16-rounded), cuBLASLt against v2 run with unit scales.
+// sums, bf16-rounded), cuBLASLt against v2 run with unit scales, and with the row scales against v2.
 #include <cstdio>
 #include <vector>
 
@@ -83,7 +84,8 @@ void bench_fp8_gemm(double copy_gbs, cuda::CublasGemm& cublas, const std::vector
       const QWeight unit{QuantFormat::fp8, s.n, s.k, s.k, wq[0].data(), ones.data()};
       const bool have_lt = cublas.gemm_fp8(xq.data(), wq[0].data(), yref.data(), m, s.n, s.k, nullptr);
       if (have_lt) {
-        cuda::fp8_gemm(xq.data(), ones.data(), unit, nullptr, y.data(), OutMode::store_bf16, m, nullptr, 2);
+        if (!cuda::fp8_gemm(xq.data(), ones.data(), unit, nullptr, y.data(), OutMode::store_bf16, m, nullptr, 2))
+          throw std::runtime_error("fp8_gemm refused a lab shape");
         cuda::cuda_synchronize();
         std::vector<float> a = to_float(y), b = to_float(yref);
         a.resize(size_t(m * s.n));
@@ -91,6 +93,16 @@ void bench_fp8_gemm(double copy_gbs, cuda::CublasGemm& cublas, const std::vector
         check("cublas-fp8 vs fp8-v2 (unit scales)", shape, b, a, 1e-2);
       } else {
         std::printf("cuBLASLt: no fp8 kernel for %s\n", shape.c_str());
+      }
+      const bool have_lt_scaled =
+          cublas.gemm_fp8(xq.data(), wq[0].data(), yref.data(), m, s.n, s.k, nullptr, xs.data(), wscale[0].data());
+      if (have_lt_scaled) {
+        cuda::cuda_synchronize();
+        std::vector<float> b = to_float(yref);
+        b.resize(v2.size());
+        check("cublas-fp8-rowscale vs fp8-v2", shape, b, v2, 1e-2);
+      } else {
+        std::printf("cuBLASLt: no fp8 kernel with outer-vector scales for %s\n", shape.c_str());
       }
 
       double t = time_ms([&](int) { cuda::matmul(x.data(), wb.data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr); }, 10, 2);
@@ -100,6 +112,13 @@ void bench_fp8_gemm(double copy_gbs, cuda::CublasGemm& cublas, const std::vector
       if (have_lt) {
         t = time_ms([&](int i) { cublas.gemm_fp8(xq.data(), wq[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, 10, 2);
         record("fp8gemm", shape, "cublas-fp8", t, bytes8, flops, copy_gbs, 0);
+      }
+      if (have_lt_scaled) {
+        t = time_ms([&](int i) {
+          cublas.gemm_fp8(xq.data(), wq[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr, xs.data(),
+                          wscale[size_t(i % copies)].data());
+        }, 10, 2);
+        record("fp8gemm", shape, "cublas-fp8-rowscale", t, bytes8, flops, copy_gbs, 0);
       }
       t = time_ms([&](int i) { fp8(1, i, y.data(), OutMode::store_bf16); }, 10, 2);
       record("fp8gemm", shape, "fp8-v1", t, bytes8, flops, copy_gbs, 0);

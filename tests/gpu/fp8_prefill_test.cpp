@@ -55,16 +55,20 @@ struct Fp8Operands {
   }
 };
 
-// Every configuration on M off the 128-row tile (17, 130, 513) and N off 128 / 192 / 256 (136, 520,
-// 2312, all % 8 == 0 as the TMA store needs), K one step (128), with a zero-filled tail (1040) and
-// many steps (4096: the ring wraps); the big ones give blocks several tiles (tiles > 132 SMs).
+// Every configuration on M off the 128-row tile (17, 130, 513, 1100) and N off 128 / 192 / 256
+// (136, 520, 2312, all % 8 == 0 as the TMA store needs), K one step (128), with a zero-filled tail
+// (1040, 400) and many steps (4096: the ring wraps within a tile). The last two shapes give every
+// block several tiles at every tile width on a 132-SM H200 (2048 x 4608: 288 / 384 / 576 tiles of
+// 128x256 / 128x192 / 128x128; 1100 x 4608: 162 / 216 / 324), so the ring runs on across tiles
+// with 2 and 4 K steps a tile and the staging buffers are reused.
 TEST(GpuFp8Prefill, PersistentConfigsMatchReference) {
   if (!fp8_wgmma_testable()) GTEST_SKIP() << "the fp8 wgmma GEMM needs an sm_90 device and an sm_90a build";
   struct Shape {
     int64_t m, n, k;
   };
   uint32_t seed = 4100;
-  for (Shape s : {Shape{17, 136, 128}, Shape{130, 520, 1040}, Shape{513, 2312, 4096}, Shape{2048, 1024, 1040}}) {
+  for (Shape s : {Shape{17, 136, 128}, Shape{130, 520, 1040}, Shape{513, 2312, 4096}, Shape{2048, 1024, 1040},
+                  Shape{2048, 4608, 256}, Shape{1100, 4608, 400}}) {
     Fp8Operands op(s.m, s.n, s.k, seed++);
     for (bool bias : {false, true}) {
       const std::vector<float> ref = op.reference(s.m, s.n, s.k, bias);
@@ -116,9 +120,10 @@ TEST(GpuFp8Prefill, PersistentRefusesWhatItCannotRun) {
 }
 
 // SwiGLU in the fp8 gate/up GEMM: the same bits as the fp8 (M, 2I) GEMM with the same tiles
-// (config 4) then silu_mul, and within bf16 rounding of the CPU reference. (M, I) = (1024, 2048) and
+// (config 4) then silu_mul, and within bf16 rounding of the CPU reference. (M, I) = (1000, 4096) and
 // (2048, 1024) take config 4 on an H200, as gate_up does at prefill (can_run asserts it): more
-// 128x128 tiles than SMs, 128x256 in fewer rounds than 128x192. Shapes where the plan picks other
+// 128x128 tiles than SMs, 128x256 in fewer rounds than 128x192. (1000, 4096) is 256 output tiles
+// (blocks run two, across the ring) with an M tail and a K tail (400). Shapes where the plan picks other
 // tiles are refused: one tile of 128x256 (the 128x128 tiles fit one round), and (300, 2944) (one
 // round of 128x192 beats one of 128x256).
 TEST(GpuFp8Prefill, SwigluMatchesUnfused) {
@@ -127,7 +132,7 @@ TEST(GpuFp8Prefill, SwigluMatchesUnfused) {
     int64_t m, inter, k;
   };
   uint32_t seed = 4300;
-  for (Shape s : {Shape{1024, 2048, 1040}, Shape{2048, 1024, 512}}) {
+  for (Shape s : {Shape{1000, 4096, 400}, Shape{2048, 1024, 512}}) {
     SCOPED_TRACE(testing::Message() << "M=" << s.m << " I=" << s.inter << " K=" << s.k);
     Fp8Operands op(s.m, 2 * s.inter, s.k, seed++);
     DeviceBuffer<bf16> gu(size_t(s.m * 2 * s.inter)), h_unfused(size_t(s.m * s.inter)), h(size_t(s.m * s.inter));
@@ -159,13 +164,15 @@ TEST(GpuFp8Prefill, SwigluMatchesUnfused) {
 
 // rmsnorm_fp8 writes the bytes and scales of rmsnorm then fp8_quantize_rows, and (when asked) the
 // same bf16 row: hidden sizes of Llama-3-8B (4096), Qwen2.5-7B (3584), SmolLM2 (576) and one that
-// leaves threads of the block idle (100); a zero row (scale 0, codes 0); rows it does not take
-// (dim % 4 != 0, dim > 4096) refused.
+// leaves threads of the block idle (100); a zero row (scale 0, codes 0); 37 rows (the reference
+// rmsnorm runs its wide kernel) and 6 (a decode step's rows: the reference runs the one-pass
+// kernel); rows it does not take (dim % 4 != 0, dim > 4096) refused.
 TEST(GpuFp8Prefill, RmsnormFp8MatchesTwoKernels) {
   KILN_REQUIRE_GPU();
-  const int64_t rows = 37;
+  if (!cuda::rmsnorm_fp8_fusable(4096)) GTEST_SKIP() << "KILN_RMSNORM_WIDE=0: no fused fp8 norm";
+  for (int64_t rows : {37, 6})
   for (int64_t dim : {4096, 3584, 576, 100}) {
-    SCOPED_TRACE(testing::Message() << "dim=" << dim);
+    SCOPED_TRACE(testing::Message() << "rows=" << rows << " dim=" << dim);
     std::vector<float> x = random_bf16_values(size_t(rows * dim), 4500 + uint32_t(dim), 3.0f);
     for (int64_t i = 0; i < dim; ++i) x[size_t(5 * dim + i)] = 0.0f;  // a zero row
     const std::vector<float> w = random_bf16_values(size_t(dim), 4600 + uint32_t(dim), 1.5f);

@@ -120,8 +120,9 @@ __device__ float block_max(float v, float* scratch /* 32 floats */) {
 // Rows of up to kWideVec * kWideThreads float4 (4096 values): a 256-thread block per row, thread t
 // holding float4s t, t + 256, .. (session 11). The one-pass path of rmsnorm_kernel gives a row a
 // 1024-thread block, one float4 a thread: 2 rows resident per SM, 32 KB in flight, 19 us for
-// 2048 x 4096 at prefill (2.5 TB/s, 61% of the roof). Here 8 rows are resident per SM with all
-// their loads issued at once (128 KB in flight). The sum of squares replays the one-pass block's
+// 2048 x 4096 at prefill (2.5 TB/s, 61% of the roof). Here 6 rows are resident per SM (40
+// registers a thread: 6 blocks of 256 fit the register file) with all their loads issued at once
+// (96 KB in flight). The sum of squares replays the one-pass block's
 // order (block_sum_replay), so a row gets the same bits from either kernel: rmsnorm picks by row
 // count (a decode step's few rows keep the one-pass kernel, which measured ~1% faster at tg128) and
 // a request's tokens do not depend on the batch it runs in.
@@ -160,7 +161,7 @@ __device__ float block_sum_replay(const float (&ss)[kWideVec], int n_warps, floa
 }
 
 template <bool kFp8>
-__global__ void __launch_bounds__(kWideThreads) rmsnorm_wide_kernel(const float* __restrict__ x,
+__global__ void __launch_bounds__(kWideThreads) rmsnorm_wide_kernel(const float* x,
                                                                     const bf16* __restrict__ w, bf16* __restrict__ out,
                                                                     uint8_t* __restrict__ q8, float* __restrict__ s8,
                                                                     int64_t dim, float eps) {
@@ -174,12 +175,15 @@ __global__ void __launch_bounds__(kWideThreads) rmsnorm_wide_kernel(const float*
   }
   pdl_wait();
   pdl_launch_dependents();
+  // x was written by the kernel before this one (the residual add): the coherent path after the
+  // wait (pdl.cuh's ld_after_wait), never ld.global.nc.
   const float4* xr = reinterpret_cast<const float4*>(x + row * dim);
   float4 v[kWideVec];
 #pragma unroll
   for (int i = 0; i < kWideVec; ++i) {
     const int64_t c = threadIdx.x + i * kWideThreads;
-    v[i] = c < n4 ? xr[c] : make_float4(0, 0, 0, 0);
+    const uint4 bits = ld_after_wait_if(xr + c, c < n4);
+    v[i] = make_float4(__uint_as_float(bits.x), __uint_as_float(bits.y), __uint_as_float(bits.z), __uint_as_float(bits.w));
   }
   float ss[kWideVec];
 #pragma unroll
@@ -407,8 +411,10 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t*
 // with 16-byte loads when inter % 8 == 0: the element-per-thread version ran at 1.2 TB/s at
 // prefill (4.6 ms of a 70 ms pp2048 step, H200 profile).
 template <bool kVec8>
-__global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t rows,
-                                int64_t inter) {
+// gate_up is read after pdl_wait through the coherent path (ld_after_wait; no __restrict__ on it,
+// so the scalar path is no ld.global.nc either): its writer was still running when this kernel
+// started (pdl.cuh).
+__global__ void silu_mul_kernel(const bf16* gate_up, bf16* __restrict__ out, int64_t rows, int64_t inter) {
   pdl_wait();  // as rmsnorm: the down GEMV after this one is scheduled early
   pdl_launch_dependents();
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
@@ -416,8 +422,8 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restri
     const int64_t groups = inter / 8, total = rows * groups;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += step) {
       const int64_t r = i / groups, c = (i - r * groups) * 8;
-      const uint4 g = *reinterpret_cast<const uint4*>(gate_up + r * 2 * inter + c);
-      const uint4 u = *reinterpret_cast<const uint4*>(gate_up + r * 2 * inter + inter + c);
+      const uint4 g = ld_after_wait(gate_up + r * 2 * inter + c);
+      const uint4 u = ld_after_wait(gate_up + r * 2 * inter + inter + c);
       const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
       const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
       uint4 res;

@@ -80,6 +80,10 @@ bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int6
 // that does not match the mode, or operands it cannot take (K % 16, 16-byte alignment of xq, W, y).
 bool gemm_wgmma_fp8(int config, const uint8_t* xq, const float* xs, const uint8_t* w, const float* ws,
                     const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+// From this many rows fp8_gemm and the backend take these configurations (session 11 measured them at
+// M = 512..4096, as the bf16 plan's TMA epilogues; the batched-decode sizes below keep the
+// one-tile-per-block fp8 kernel, which was what ran there before).
+constexpr int64_t kFp8PersistentMinRows = 257;
 // h = silu(xq . Wg^T) * (xq . Wu^T) with fp8 operands, each product scaled and rounded to bf16 first
 // (what the fp8 GEMM then silu_mul store): gemm_wgmma_swiglu's tiles. can_run as the bf16 one's.
 bool gemm_wgmma_fp8_swiglu_can_run(const uint8_t* xq, const uint8_t* w_gu, const bf16* h, int64_t M, int64_t inter,

@@ -173,9 +173,40 @@ constexpr int kBarToWg2 = 1, kBarToWg1 = 2;
 // the boxes with cp.async.bulk.tensor (rows >= M and columns >= N clipped by the TMA unit) and the
 // warpgroup moves on without waiting for them. The staging half is reused only after
 // cp.async.bulk.wait_group.read 0 (the previous tile's boxes were read out of shared memory).
-template <int BN, int BOX>
+// FP8 (session 11): the fp8 products' scales, folded into the epilogue's loop (a separate pass over
+// the accumulators made the 128x256 reduce-add configuration spill): the value stored is
+// acc * sx[h] * ws[col] (+ bias), the thread's rows' activation scales times the column's weight
+// scale, in the order fp8_gemm_wgmma.cu's kernel multiplies.
+struct AccScale {
+  float sx[2] = {1.0f, 1.0f};  // the thread's rows r and r + 8 of its 64-row block
+  const float* ws = nullptr;
+};
+__device__ __forceinline__ AccScale acc_scale(const float* xs, const float* ws, int tid, int64_t row0, int64_t M) {
+  AccScale a;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = row0 + (tid / 32) * 16 + (tid % 32) / 4 + 8 * h;
+    a.sx[h] = r < M ? xs[r] : 0.0f;
+  }
+  a.ws = ws;
+  return a;
+}
+// The thread's two columns' weight scales (col, col + 1 < N), for kScale.
+template <bool kScale>
+__device__ __forceinline__ float2 col_scales(const AccScale& a, int64_t col, int64_t N) {
+  if constexpr (!kScale) return make_float2(1.0f, 1.0f);
+  return make_float2(col < N ? a.ws[col] : 0.0f, col + 1 < N ? a.ws[col + 1] : 0.0f);
+}
+template <bool kScale>
+__device__ __forceinline__ float scaled(float acc, const AccScale& a, int h, float w) {
+  if constexpr (!kScale) return acc;
+  return acc * a.sx[h] * w;
+}
+
+template <int BN, int BOX, bool kScale = false>
 __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, uint32_t sc, const CUtensorMap* map_y,
-                                                int64_t row0, int64_t n0, const bf16* bias, int64_t M, int64_t N) {
+                                                int64_t row0, int64_t n0, const bf16* bias, int64_t M, int64_t N,
+                                                const AccScale& as = {}) {
   static_assert(BOX == 64 || BOX == 32, "128B- or 64B-swizzled boxes");
   constexpr int kChunks = BOX / 8;                   // 16-byte chunks per staged row
   constexpr uint32_t kBoxBytes = 64 * BOX * 2;       // one (64, BOX) bf16 box
@@ -187,6 +218,7 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
     const int64_t col = n0 + j * 8 + 2 * (l % 4);
     const float b0 = bias && col < N ? __bfloat162float(bias[col]) : 0.0f;
     const float b1 = bias && col + 1 < N ? __bfloat162float(bias[col + 1]) : 0.0f;
+    const float2 wsc = col_scales<kScale>(as, col, N);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = w * 16 + l / 4 + 8 * h;  // row within the 64-row half
@@ -194,8 +226,10 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
       const uint32_t addr = sc + uint32_t(j / kChunks) * kBoxBytes + uint32_t(r) * (BOX * 2) +
                             uint32_t(((j % kChunks) ^ swz) * 16) + uint32_t(l % 4) * 4;
       // Without a bias the values go out as they are (the SwiGLU epilogue's -0.0 stays -0.0, as in silu_mul).
-      const float v0 = bias ? d[4 * j + 2 * h] + b0 : d[4 * j + 2 * h];
-      const float v1 = bias ? d[4 * j + 2 * h + 1] + b1 : d[4 * j + 2 * h + 1];
+      const float a0 = scaled<kScale>(d[4 * j + 2 * h], as, h, wsc.x);
+      const float a1 = scaled<kScale>(d[4 * j + 2 * h + 1], as, h, wsc.y);
+      const float v0 = bias ? a0 + b0 : a0;
+      const float v1 = bias ? a1 + b1 : a1;
       const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
     }
@@ -224,10 +258,10 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
 // (cp.async.bulk.wait_group.read 1). One writer per output element, so the result is y + v in one
 // fp32 add, as the register epilogue's (the L2's f32 reduction may flush subnormals: the residual
 // stream has none in practice).
-template <int BN>
+template <int BN, bool kScale = false>
 __device__ __forceinline__ void reduce_add_block_tma(const float* d, int tid, int c, uint32_t sc,
                                                      const CUtensorMap* map_y, int64_t row0, int64_t n0,
-                                                     const bf16* bias, int64_t M, int64_t N) {
+                                                     const bf16* bias, int64_t M, int64_t N, const AccScale& as = {}) {
   constexpr int kCols = 32;
   constexpr uint32_t kBoxBytes = 64 * kCols * 4;
   const int w = tid / 32, l = tid % 32;
@@ -242,12 +276,14 @@ __device__ __forceinline__ void reduce_add_block_tma(const float* d, int tid, in
       const int64_t col = n0 + j * 8 + 2 * (l % 4);
       const float b0 = bias && col < N ? __bfloat162float(bias[col]) : 0.0f;
       const float b1 = bias && col + 1 < N ? __bfloat162float(bias[col + 1]) : 0.0f;
+      const float2 wsc = col_scales<kScale>(as, col, N);
       const int q = 2 * jj + (l % 4) / 2;  // 16-byte chunk of the 128-byte row
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = w * 16 + l / 4 + 8 * h;
         const uint32_t addr = buf + uint32_t(r) * 128 + uint32_t((q ^ (r % 8)) * 16) + uint32_t(l % 2) * 8;
-        const float v0 = d[4 * j + 2 * h] + b0, v1 = d[4 * j + 2 * h + 1] + b1;  // as the register add
+        const float v0 = scaled<kScale>(d[4 * j + 2 * h], as, h, wsc.x) + b0;  // as the register add
+        const float v1 = scaled<kScale>(d[4 * j + 2 * h + 1], as, h, wsc.y) + b1;
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
       }
     }
@@ -264,31 +300,25 @@ __device__ __forceinline__ void reduce_add_block_tma(const float* d, int tid, in
     }
   }
 }
-// FP8: one consumer's (64, BN) accumulator block times its rows' and columns' scales, in the order
-// the unfused fp8 kernel multiplies (acc * scale_x * scale_w; the bias comes after, in the
-// epilogue). W row n's scale is ws[n]; with SWIGLU the thread's columns j < BN / 16 are gate rows
-// n0 + .. and the rest up rows n_rows / 2 + n0 + .. (n_rows = 2I). Rows >= M and W rows >= n_rows
-// get 0 (their outputs are clipped by the stores).
-template <int BN, bool SWIGLU>
-__device__ __forceinline__ void scale_acc_fp8(float* d, int tid, int64_t row0, int64_t n0, const float* xs,
-                                              const float* ws, int64_t M, int64_t n_rows) {
-  const int w = tid / 32, l = tid % 32;
-  float sx[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r = row0 + w * 16 + l / 4 + 8 * h;
-    sx[h] = r < M ? xs[r] : 0.0f;
-  }
+// FP8 with SWIGLU: one consumer's (64, BN) accumulator block times its rows' and columns' scales
+// before silu (the other epilogues fold the scales into their loops: AccScale above), in the order
+// the unfused fp8 kernel multiplies (acc * scale_x * scale_w). W row n's scale is ws[n]; the
+// thread's columns j < BN / 16 are gate rows n0 + .. and the rest up rows n_rows / 2 + n0 + ..
+// (n_rows = 2I). Rows >= M and W rows >= n_rows get 0 (their outputs are clipped by the stores).
+template <int BN>
+__device__ __forceinline__ void scale_acc_fp8_swiglu(float* d, int tid, int64_t row0, int64_t n0, const float* xs,
+                                                     const float* ws, int64_t M, int64_t n_rows) {
+  const AccScale a = acc_scale(xs, ws, tid, row0, M);
+  const int l = tid % 32;
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
-    constexpr int kHalf = BN / 16;  // SWIGLU: the gate columns' 8-column groups
-    const int64_t wrow = SWIGLU ? (j < kHalf ? n0 + 8 * j : n_rows / 2 + n0 + 8 * (j - kHalf)) + 2 * (l % 4)
-                                : n0 + 8 * j + 2 * (l % 4);
-    const float w0 = wrow < n_rows ? ws[wrow] : 0.0f, w1 = wrow + 1 < n_rows ? ws[wrow + 1] : 0.0f;
+    constexpr int kHalf = BN / 16;  // the gate columns' 8-column groups
+    const int64_t wrow = (j < kHalf ? n0 + 8 * j : n_rows / 2 + n0 + 8 * (j - kHalf)) + 2 * (l % 4);
+    const float2 w = col_scales<true>(a, wrow, n_rows);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      d[4 * j + 2 * h] = d[4 * j + 2 * h] * sx[h] * w0;
-      d[4 * j + 2 * h + 1] = d[4 * j + 2 * h + 1] * sx[h] * w1;
+      d[4 * j + 2 * h] = scaled<true>(d[4 * j + 2 * h], a, h, w.x);
+      d[4 * j + 2 * h + 1] = scaled<true>(d[4 * j + 2 * h + 1], a, h, w.y);
     }
   }
 }
@@ -389,12 +419,12 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       wgmma_wait<0>();
       fence_acc<ACC>(acc);
       if (tid == 0) mbar_arrive(empty0 + 8 * ((g0 + uint32_t(k_steps) - 1) % STAGES));
-      if constexpr (C::FP8) {
-#pragma unroll
-        for (int h = 0; h < MH; ++h)
-          scale_acc_fp8<BN, C::SWIGLU>(acc + h * (BN / 2), tid, m0 + (C::PP ? h : c) * 64, n0, xs, ws, M,
-                                       C::SWIGLU ? 2 * N : N);
-      }
+      static_assert(!C::FP8 || (C::TMA_EPI && !C::PP), "fp8: the cooperative TMA-epilogue configurations");
+      AccScale as;  // FP8 and not SWIGLU: folded into the store / reduce-add loops
+      if constexpr (C::FP8 && C::SWIGLU)
+        scale_acc_fp8_swiglu<BN>(acc, tid, m0 + c * 64, n0, xs, ws, M, 2 * N);
+      else if constexpr (C::FP8)
+        as = acc_scale(xs, ws, tid, m0 + c * 64, M);
       if constexpr (C::SWIGLU) {
         // Thread columns j (gate, j < BN / 16) and j + BN / 16 (up) are the same h column: silu(g) * u
         // in place over the gate half, each rounded to bf16 first as the unfused path stores them
@@ -404,10 +434,11 @@ __global__ void __launch_bounds__(P_THREADS, 1)
         store_block_tma<BN_OUT, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0,
                                         nullptr, M, N);
       } else if constexpr (C::ADD) {
-        reduce_add_block_tma<BN>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M,
-                                 N);
+        reduce_add_block_tma<BN, C::FP8 && !C::SWIGLU>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y,
+                                                      m0 + c * 64, n0, bias, M, N, as);
       } else if constexpr (C::TMA_EPI) {
-        store_block_tma<BN, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y, m0 + c * 64, n0, bias, M, N);
+        store_block_tma<BN, C::BOX, C::FP8 && !C::SWIGLU>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y,
+                                                         m0 + c * 64, n0, bias, M, N, as);
       } else {
 #pragma unroll
         for (int h = 0; h < MH; ++h)
@@ -669,6 +700,7 @@ bool gemm_wgmma_fp8_swiglu_can_run(const uint8_t* xq, const uint8_t* w_gu, const
 
 bool gemm_wgmma_fp8_swiglu(const uint8_t* xq, const float* xs, const uint8_t* w_gu, const float* ws, bf16* h,
                            int64_t M, int64_t inter, int64_t K, cudaStream_t stream) {
+  if (!xs || !ws || !gemm_wgmma_fp8_swiglu_can_run(xq, w_gu, h, M, inter, K)) return false;
   CUtensorMap mx, my;
   if (!wgmma_make_map_e4m3(&mx, xq, M, K, P_BM) || !wgmma_make_map(&my, h, M, inter, 64)) return false;
   launch_persistent<PCfgCo256TSwigluF8>(w_gu, nullptr, h, OutMode::store_bf16, M, inter, K, device_sms(), stream, mx,

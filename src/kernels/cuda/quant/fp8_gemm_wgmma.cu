@@ -183,11 +183,12 @@ bool fp8_gemm(const uint8_t* xq, const float* xs, const QWeight& w, const bf16* 
               cudaStream_t stream, int version) {
   const int64_t N = w.rows, K = w.cols;
   if (w.format != QuantFormat::fp8 || M <= 0 || N <= 0 || K <= 0 || K % 16 != 0) return false;
-  // Session 11: the persistent GEMM's fp8 configurations (TMA-store / reduce-add epilogues) first;
-  // this file's one-tile-per-block kernel for the outputs they do not take (store_f32, odd N) and
-  // under KILN_FP8_PERSISTENT=0 (the same-run comparison).
+  // Session 11: the persistent GEMM's fp8 configurations (TMA-store / reduce-add epilogues) first
+  // from kFp8PersistentMinRows rows; this file's one-tile-per-block kernel for fewer rows, for the
+  // outputs they do not take (store_f32, odd N) and under KILN_FP8_PERSISTENT=0 (the same-run
+  // comparison).
   static const bool persistent = env_switch_on("KILN_FP8_PERSISTENT");
-  if ((version == 2 || (version == 0 && persistent)) &&
+  if ((version == 2 || (version == 0 && persistent && M >= kFp8PersistentMinRows)) &&
       gemm_wgmma_fp8(0, xq, xs, static_cast<const uint8_t*>(w.data), w.scales, bias, y, mode, M, N, K, stream))
     return true;
   if (version == 2) return false;

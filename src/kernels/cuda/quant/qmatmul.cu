@@ -63,7 +63,7 @@ bool fp8_gemm_swiglu_can_run(const bf16* x, const QWeight& w, const bf16* h, int
   // KILN_FP8_PERSISTENT=0 (the one-tile-per-block fp8 GEMM, which has no fused form).
   static const bool on = env_switch_on("KILN_GEMM_SWIGLU") && env_switch_on("KILN_FP8_PERSISTENT");
   const int64_t K = w.cols;
-  if (!on || w.format != QuantFormat::fp8 || w.rows != 2 * inter || M <= kGemvMaxRows || (!x && !scratch.xq_ready))
+  if (!on || w.format != QuantFormat::fp8 || w.rows != 2 * inter || M < kFp8PersistentMinRows || (!x && !scratch.xq_ready))
     return false;
   if (!scratch.xq || scratch.xq_bytes < M * K || scratch.xs_rows < M) return false;
   return gemm_wgmma_fp8_swiglu_can_run(scratch.xq, static_cast<const uint8_t*>(w.data), h, M, inter, K);

@@ -23,7 +23,7 @@
 //               mma.sync, y = acc * scale_x[m] * scale_w[n]: the same products as the CPU reference.
 //     M > 16:   fp8_gemm (sm_90a): wgmma m64nNk32 e4m3 x e4m3 from TMA-fed shared memory, in the
 //               persistent bf16 GEMM's TMA-store / reduce-add configurations (gemm_wgmma.h's
-//               gemm_wgmma_fp8, session 11) for bf16 stores and residual adds, else in
+//               gemm_wgmma_fp8, session 11) for bf16 stores and residual adds from 257 rows, else in
 //               fp8_gemm_wgmma.cu's one-tile-per-block kernel; elsewhere fp8_gemv over 16-row slices.
 //               fp8_gemm_swiglu: gate/up with SwiGLU in the epilogue (the backend's prefill).
 //
@@ -127,7 +127,7 @@ void fp8_gemv(const uint8_t* xq, const float* xs, const QWeight& w, const bf16* 
 // 2 = the persistent GEMM's fp8 configurations only (gemm_wgmma.h: bf16 stores and residual adds).
 bool fp8_gemm(const uint8_t* xq, const float* xs, const QWeight& w, const bf16* bias, void* y, OutMode mode,
               int64_t M, cudaStream_t stream, int version = 0);
-// h = silu(x . Wg^T) * (x . Wu^T) for fp8 W = [Wg; Wu] (2 inter rows) at M > 16: x quantized per
+// h = silu(x . Wg^T) * (x . Wu^T) for fp8 W = [Wg; Wu] (2 inter rows) from 257 rows: x quantized per
 // token into scratch, then the fused fp8 GEMM (gemm_wgmma.h). can_run: sm_90a, the shape and the
 // tiles (as the bf16 gemm_swiglu_ok), and the scratch; fp8_gemm_swiglu returns false (nothing
 // launched) where it cannot run.
