@@ -68,6 +68,13 @@ want int4-awq-16k && quantize int4-awq-16k int4 --calib "$WORK/calib.txt" --cali
   ppl int4-awq-16k int4-awq-16k --kl-base "$WORK/bf16.klb"
 want int4-awq-gptq && quantize int4-awq-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq &&
   ppl int4-awq-gptq int4-awq-gptq --kl-base "$WORK/bf16.klb"
+# Session 11: GPTQ with act-order (static group grids) and / or the MSE-chosen group range.
+want int4-awq-gptq-ao && quantize int4-awq-gptq-ao int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq \
+  --gptq-act-order && ppl int4-awq-gptq-ao int4-awq-gptq-ao --kl-base "$WORK/bf16.klb"
+want int4-awq-gptq-mse && quantize int4-awq-gptq-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq \
+  --gptq-mse-grid && ppl int4-awq-gptq-mse int4-awq-gptq-mse --kl-base "$WORK/bf16.klb"
+want int4-awq-gptq-ao-mse && quantize int4-awq-gptq-ao-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-act-order --gptq-mse-grid && ppl int4-awq-gptq-ao-mse int4-awq-gptq-ao-mse --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
@@ -91,6 +98,9 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-awq-noclip", "INT4 weights (g128/g64) + AWQ scales, no clipping"),
           ("int4-awq-16k", "INT4 weights (g128/g64) + AWQ scales and clipping, 14,848 calibration tokens"),
           ("int4-awq-gptq", "INT4 weights (g128/g64) + AWQ scales and clipping, 14,848 tokens, GPTQ codes"),
+          ("int4-awq-gptq-ao", "INT4 (g128/g64) + AWQ, 14,848 tokens, GPTQ with act-order"),
+          ("int4-awq-gptq-mse", "INT4 (g128/g64) + AWQ, 14,848 tokens, GPTQ with MSE group ranges"),
+          ("int4-awq-gptq-ao-mse", "INT4 (g128/g64) + AWQ, 14,848 tokens, GPTQ with act-order and MSE ranges"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),

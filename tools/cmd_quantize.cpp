@@ -38,7 +38,7 @@ namespace {
 
 struct QuantizeOptions {
   std::string input, output, type, calib, head_type;
-  bool head = false, no_clip = false, gptq = false;
+  bool head = false, no_clip = false, gptq = false, gptq_act_order = false, gptq_mse_grid = false;
   int32_t threads = 0;
   int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
   // Rows a matrix input for GPTQ's Hessians: every calibration token up to this many (with 4096 of
@@ -134,10 +134,16 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
   fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping 1% of mean diag):\n",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  quant::apply_gptq(model.weights, cal, pool, o.group, [](const quant::GptqReport& r) {
-    fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%)\n", r.layer,
-               r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0);
-  });
+  quant::GptqOptions gopt;
+  gopt.act_order = o.gptq_act_order;
+  gopt.mse_grid = o.gptq_mse_grid;
+  quant::apply_gptq(
+      model.weights, cal, pool, o.group,
+      [](const quant::GptqReport& r) {
+        fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%)\n", r.layer,
+                   r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0);
+      },
+      gopt);
 }
 
 void quantize(const QuantizeOptions& o) {
@@ -147,6 +153,8 @@ void quantize(const QuantizeOptions& o) {
              "--calib (the AWQ scale search) applies to --type int4 only");
   KILN_CHECK(!o.gptq || !o.calib.empty(), invalid_argument, "--gptq needs a calibration text (--calib)");
   KILN_CHECK(o.gptq_samples >= 1, invalid_argument, "--gptq-samples must be at least 1");
+  KILN_CHECK(o.gptq || (!o.gptq_act_order && !o.gptq_mse_grid), invalid_argument,
+             "--gptq-act-order and --gptq-mse-grid refine --gptq: add --gptq");
   // The head's type: --head-type, else --type (with --head).
   const quant::TargetType head_target = o.head_type.empty() ? target : quant::parse_target_type(o.head_type);
   KILN_CHECK(!o.head || head_target != quant::TargetType::bf16, invalid_argument,
@@ -295,6 +303,10 @@ void add_quantize_command(CLI::App& app) {
                 "--calib, int4: after the AWQ scales (and clipping), round the codes through GPTQ, not to nearest");
   cmd->add_option("--gptq-samples", o->gptq_samples, "--gptq: calibration rows kept per matrix input")
       ->capture_default_str();
+  cmd->add_flag("--gptq-act-order", o->gptq_act_order,
+                "--gptq: quantize columns by decreasing input energy (act-order), group grids fixed up front");
+  cmd->add_flag("--gptq-mse-grid", o->gptq_mse_grid,
+                "--gptq: each group's range shrunk to the factor with the least GPTQ loss");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->callback([o] {
     o->head = o->head || !o->head_type.empty();  // --head-type implies --head

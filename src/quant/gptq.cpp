@@ -102,32 +102,94 @@ std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t n) 
   KILN_FAIL(internal, "GPTQ: the calibration Hessian ({} x {}) is not positive definite even with damping", n, n);
 }
 
+Int4Grid gptq_group_grid(const float* v, const float* loss_weight, int64_t n, bool mse) {
+  const Int4Grid full = int4_grid(v, n);
+  if (!mse) return full;
+  // The range shrunk by p (each end toward zero), for the p in 1, 0.97, .., 0.73 with the least
+  // sum of loss_weight * (v - Q(v))^2: GPTQ's loss for a column quantized with error e is
+  // e^2 / [H^-1]_ii, so loss_weight = 1 / U_ii^2.
+  const float lo = full.min, hi = full.min + 15.0f * full.scale;
+  Int4Grid best = full;
+  double best_err = INFINITY;
+  for (int step = 0; step <= 9; ++step) {
+    const float p = 1.0f - 0.03f * float(step);
+    const float l = lo < 0 ? lo * p : lo, h = hi > 0 ? hi * p : hi;
+    const Int4Grid g{std::max(h - l, 1e-5f) / 15.0f, l};
+    double err = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const double d = double(v[k]) - g.value(g.code(v[k]));
+      err += double(loss_weight[k]) * d * d;
+    }
+    if (err < best_err) best_err = err, best = g;
+  }
+  return best;
+}
+
 QuantizedMatrix gptq_int4(const float* w, int64_t rows, int64_t cols, int64_t group, const std::vector<float>& U,
-                          ThreadPool& pool) {
+                          ThreadPool& pool, const GptqOptions& opt) {
   KILN_CHECK(group > 0 && group % 2 == 0 && cols % group == 0, invalid_argument,
              "int4 group size {} must be even and divide the row length {}", group, cols);
+  KILN_CHECK(opt.order.empty() || int64_t(opt.order.size()) == cols, internal, "GPTQ: an order of {} columns for {}",
+             opt.order.size(), cols);
   QuantizedMatrix m = QuantizedMatrix::zeroed(QuantFormat::int4, rows, cols, group);
   const int64_t groups = cols / group;
+  const bool permuted = !opt.order.empty();
+  // Column c is quantized at position pos[c] of the order; its loss weight is 1 / U[pos][pos]^2.
+  std::vector<int64_t> pos(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) pos[size_t(permuted ? opt.order[size_t(i)] : i)] = i;
+  std::vector<float> loss_weight(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    const float u = U[size_t(pos[size_t(c)] * cols + pos[size_t(c)])];
+    loss_weight[size_t(c)] = 1.0f / (u * u);
+  }
   pool.parallel_for(rows, [&](int64_t lo, int64_t hi) {
     std::vector<float> row(static_cast<size_t>(cols));
+    std::vector<Int4Grid> grids(static_cast<size_t>(groups));
     for (int64_t r = lo; r < hi; ++r) {
       std::copy_n(w + r * cols, cols, row.begin());
-      Int4Grid grid;
+      auto set_grid = [&](int64_t g) {
+        grids[size_t(g)] = gptq_group_grid(row.data() + g * group, loss_weight.data() + g * group, group, opt.mse_grid);
+        m.scales[size_t(r * groups + g)] = grids[size_t(g)].scale;
+        m.mins[size_t(r * groups + g)] = grids[size_t(g)].min;
+      };
+      // In another order than the natural one a group's columns are reached at scattered times, so
+      // its grid is fixed up front from the row as given (GPTQ's static groups); in the natural
+      // order, from the row as updated so far when the group's first column is reached.
+      if (permuted)
+        for (int64_t g = 0; g < groups; ++g) set_grid(g);
       for (int64_t i = 0; i < cols; ++i) {
-        if (i % group == 0) {  // the group's grid from the row as updated so far
-          grid = int4_grid(row.data() + i, group);
-          m.scales[size_t(r * groups + i / group)] = grid.scale;
-          m.mins[size_t(r * groups + i / group)] = grid.min;
-        }
-        const float q = grid.code(row[size_t(i)]);
-        set_int4_code(m, r * cols + i, q);
+        const int64_t c = permuted ? opt.order[size_t(i)] : i;
+        if (!permuted && c % group == 0) set_grid(c / group);
+        const Int4Grid& grid = grids[size_t(c / group)];
+        const float q = grid.code(row[size_t(c)]);
+        set_int4_code(m, r * cols + c, q);
         const float* ui = U.data() + i * cols;
-        const float err = (row[size_t(i)] - grid.value(q)) / ui[i];
-        for (int64_t j = i + 1; j < cols; ++j) row[size_t(j)] -= err * ui[j];
+        const float err = (row[size_t(c)] - grid.value(q)) / ui[i];
+        if (permuted)
+          for (int64_t j = i + 1; j < cols; ++j) row[size_t(opt.order[size_t(j)])] -= err * ui[j];
+        else
+          for (int64_t j = i + 1; j < cols; ++j) row[size_t(j)] -= err * ui[j];
       }
     }
   });
   return m;
+}
+
+std::vector<int64_t> gptq_act_order(const std::vector<double>& H, int64_t cols) {
+  std::vector<int64_t> order(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) order[size_t(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return H[size_t(a * cols + a)] > H[size_t(b * cols + b)];
+  });
+  return order;
+}
+
+std::vector<double> permuted_hessian(const std::vector<double>& H, const std::vector<int64_t>& order) {
+  const int64_t n = int64_t(order.size());
+  std::vector<double> P(size_t(n * n));
+  for (int64_t a = 0; a < n; ++a)
+    for (int64_t b = 0; b < n; ++b) P[size_t(a * n + b)] = H[size_t(order[size_t(a)] * n + order[size_t(b)])];
+  return P;
 }
 
 double hessian_error(const float* w, const QuantizedMatrix& q, const std::vector<double>& H, ThreadPool& pool) {
@@ -156,7 +218,7 @@ double hessian_error(const float* w, const QuantizedMatrix& q, const std::vector
 }
 
 void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
-                const std::function<void(const GptqReport&)>& on_matrix) {
+                const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options) {
   KILN_CHECK(cal.layers.size() == w.layers.size(), internal, "GPTQ: a calibration of {} layers for a model of {}",
              cal.layers.size(), w.layers.size());
   struct Site {
@@ -172,7 +234,10 @@ void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64
       const SiteStats& stats = cal.layers[l][size_t(site.index)];
       KILN_CHECK(stats.n_samples > 0, invalid_argument, "GPTQ: no calibration rows for layer {}", l);
       const std::vector<double> H = input_hessian(stats, pool);
-      const std::vector<float> U = gptq_inverse_factor(H, stats.cols);
+      GptqOptions opt = options;
+      if (opt.act_order) opt.order = gptq_act_order(H, stats.cols);
+      const std::vector<float> U =
+          opt.order.empty() ? gptq_inverse_factor(H, stats.cols) : gptq_inverse_factor(permuted_hessian(H, opt.order), stats.cols);
       for (const auto& [name, member] : site.matrices) {
         HostMatrix& m = w.layers[l].*member;
         KILN_CHECK(m.cols == stats.cols, internal, "GPTQ: layer {} {} has {} columns, its inputs {}", l, name, m.cols,
@@ -183,7 +248,7 @@ void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64
         rep.layer = int64_t(l);
         rep.matrix = name;
         rep.error_rtn = hessian_error(m.data.data(), quantize_int4(m.data.data(), m.rows, m.cols, group), H, pool);
-        QuantizedMatrix q = gptq_int4(m.data.data(), m.rows, m.cols, group, U, pool);
+        QuantizedMatrix q = gptq_int4(m.data.data(), m.rows, m.cols, group, U, pool, opt);
         rep.error = hessian_error(m.data.data(), q, H, pool);
         m.quant = std::move(q);
         dequantize(m.quant, m.data.data());

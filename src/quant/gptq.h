@@ -18,9 +18,10 @@
 // Damping: H + 0.01 * mean(diag H) * I (the paper's default), ten times more until the Cholesky
 // factorization succeeds. Columns whose input is always zero (diag 0) get diag 1.
 //
-// Not done (vs the paper): act-order (columns by decreasing diag H), the sequential form (each
-// layer's inputs recomputed through the already-quantized layers before it): kiln calibrates once
-// on the fp32 model with the AWQ scales folded in.
+// Options (GptqOptions, session 11): act-order (columns by decreasing diag H) with static groups,
+// and an MSE-chosen group range. Not done (vs the paper): the sequential form (each layer's inputs
+// recomputed through the already-quantized layers before it): kiln calibrates once on the fp32
+// model with the AWQ scales folded in.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include "model/quantized_matrix.h"
 #include "model/weights.h"
 #include "quant/calibration.h"
+#include "quant/quantize.h"
 
 namespace kiln::quant {
 
@@ -43,9 +45,26 @@ std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool);
 // positive definite.
 std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t cols);
 
-// w (rows x cols) to int4 groups of `group` columns through GPTQ with the factor U above.
+// Session 11's options. act_order: columns quantized by decreasing diag H (the paper's act-order;
+// the groups' grids then fixed before any update, GPTQ's "static groups", so the stored layout and
+// kernels are unchanged). mse_grid: each group's grid is the [min, max] range shrunk by the factor
+// in 1, 0.97, .., 0.73 with the least GPTQ loss sum e^2 / [H^-1]_ii over the group (else the
+// range itself).
+struct GptqOptions {
+  bool act_order = false;
+  bool mse_grid = false;
+  std::vector<int64_t> order;  // gptq_int4: the columns' processing order (empty: natural); U must be of H permuted so
+};
+
+// w (rows x cols) to int4 groups of `group` columns through GPTQ with the factor U above (of H, or
+// of H permuted by opt.order when that is set).
 QuantizedMatrix gptq_int4(const float* w, int64_t rows, int64_t cols, int64_t group, const std::vector<float>& U,
-                          ThreadPool& pool);
+                          ThreadPool& pool, const GptqOptions& opt = {});
+// Columns by decreasing diag H (ties in column order), and H with rows and columns in that order.
+std::vector<int64_t> gptq_act_order(const std::vector<double>& H, int64_t cols);
+std::vector<double> permuted_hessian(const std::vector<double>& H, const std::vector<int64_t>& order);
+// A group's grid (gptq_int4's mse_grid above; loss_weight[k] = 1 / U_kk^2 for the group's columns).
+Int4Grid gptq_group_grid(const float* v, const float* loss_weight, int64_t n, bool mse);
 
 // sum over rows of d^T H d, d = w - dequantize(q): the output error GPTQ minimizes (for the report).
 double hessian_error(const float* w, const QuantizedMatrix& q, const std::vector<double>& H, ThreadPool& pool);
@@ -61,6 +80,6 @@ struct GptqReport {
 // cal (which must be a calibration of `w` as it is now, AWQ scales included): each matrix's quant
 // is set and its data replaced by the dequantization, as quantize_matrix does.
 void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
-                const std::function<void(const GptqReport&)>& on_matrix);
+                const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options = {});
 
 }  // namespace kiln::quant
