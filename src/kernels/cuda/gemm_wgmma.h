@@ -85,7 +85,9 @@ bool gemm_wgmma_fp8(int config, const uint8_t* xq, const float* xs, const uint8_
 // one-tile-per-block fp8 kernel, which was what ran there before).
 constexpr int64_t kFp8PersistentMinRows = 257;
 // h = silu(xq . Wg^T) * (xq . Wu^T) with fp8 operands, each product scaled and rounded to bf16 first
-// (what the fp8 GEMM then silu_mul store): gemm_wgmma_swiglu's tiles. can_run as the bf16 one's.
+// (what the fp8 GEMM then silu_mul store): gemm_wgmma_swiglu's tiles. can_run as the bf16 one's; the
+// launch, as the bf16 one, expects operands can_run accepted (it returns false, launching nothing,
+// for null scales or a tensor map that cannot be made).
 bool gemm_wgmma_fp8_swiglu_can_run(const uint8_t* xq, const uint8_t* w_gu, const bf16* h, int64_t M, int64_t inter,
                                    int64_t K);
 bool gemm_wgmma_fp8_swiglu(const uint8_t* xq, const float* xs, const uint8_t* w_gu, const float* ws, bf16* h,
