@@ -164,6 +164,7 @@ TEST_P(GpuBackend, FusedDecodeMatchesUnfusedBitForBit) {
     if (c.rope.rot_dim == 0) continue;
     ModelWeights w = random_weights(c, 11, 0.08f);
     CudaBackendOptions fused_on, fused_off;
+    fused_on.norm_fold = false;  // the folded norm rounds differently: FoldedNormDecodeCloseToNormKernel
     fused_off.fused_decode = false;
     CudaBackend a(c, w, fused_on), b(c, w, fused_off);
     auto sa = a.new_sequence(300), sb = b.new_sequence(300);
@@ -179,6 +180,44 @@ TEST_P(GpuBackend, FusedDecodeMatchesUnfusedBitForBit) {
       ASSERT_EQ(la, lb) << "decode step " << step << (partial ? " (partial rotation)" : "");
     }
   }
+}
+
+// The RMSNorms folded into the fused decode GEMVs (gemv_fused.h: z = bf16(x o w) rounded before
+// the scale, not after): not the norm kernel's bits, so the decode logits are compared to the
+// unfolded fused path within the GPU-vs-CPU tolerance (kTolLogits), and the folded kernels must
+// have run (a capacity of 300: the fold needs more than 256 positions, Impl::norm_fold_for). Prefill
+// never folds: the same bits.
+TEST_P(GpuBackend, FoldedNormDecodeCloseToNormKernel) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = config();
+  ModelWeights w = random_weights(c, 12, 0.08f);
+  CudaBackendOptions fold_off;
+  fold_off.norm_fold = false;
+  CudaBackend a(c, w), b(c, w, fold_off);
+  auto sa = a.new_sequence(300), sb = b.new_sequence(300);
+  auto p = prompt(70, c.vocab_size);
+  std::vector<float> la, lb;
+  a.forward(*sa, p, false, la);
+  b.forward(*sb, p, false, lb);
+  ASSERT_EQ(la, lb) << "prefill (never folded)";
+  double worst = 0;
+  for (int step = 0; step < 12; ++step) {
+    int32_t t = int32_t((step * 29 + 5) % c.vocab_size);
+    if (step == 11) a.set_profiling(true);  // graphs are bypassed while profiling
+    a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
+    b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
+    const double e = rel_error(la, lb);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, kTolLogits) << "decode step " << step;
+  }
+  std::printf("[   info   ] folded vs unfolded norm, worst decode logit error %.2e\n", worst);
+  bool o_folded = false, down_folded = false;
+  for (const KernelStat& st : a.kernel_stats()) {
+    o_folded |= st.name.ends_with("o+norm.gemv");
+    down_folded |= st.name.ends_with("down+norm.gemv");
+  }
+  EXPECT_TRUE(o_folded);
+  EXPECT_EQ(down_folded, c.n_layers > 1);
 }
 
 TEST_P(GpuBackend, RandomFactoryMatchesHostRandomWeights) {

@@ -236,9 +236,10 @@ TEST_P(GpuBatch, FusedBatch1DecodeMatchesUnfused) {
   KILN_REQUIRE_GPU();
   const ModelConfig c = config();
   const int64_t V = c.vocab_size;
-  CudaBackendOptions off;
+  CudaBackendOptions on, off;
+  on.norm_fold = false;  // the folded norm rounds differently (backend_test.cpp: FoldedNormDecodeCloseToNormKernel)
   off.fused_decode = false;
-  auto a = CudaBackend::random(c, 13, 0.05f), b = CudaBackend::random(c, 13, 0.05f, off);
+  auto a = CudaBackend::random(c, 13, 0.05f, on), b = CudaBackend::random(c, 13, 0.05f, off);
   const int32_t NB = 64, BS = 16;
   auto pa = a->new_kv_pool(NB, BS), pb = b->new_kv_pool(NB, BS);
   Blocks blocks(NB, BS, 1, 3);
@@ -252,6 +253,42 @@ TEST_P(GpuBatch, FusedBatch1DecodeMatchesUnfused) {
     ASSERT_EQ(la, lb);
     steps = {{0, {argmax(la)}, steps[0].first + int64_t(steps[0].tokens.size()), true}};
   }
+}
+
+// A decode step of one sequence whose table spans more than 256 positions runs with the RMSNorms
+// folded into the fused GEMVs (Impl::norm_fold_for): not the norm kernel's bits, so within the
+// GPU-vs-CPU tolerance of the unfolded step, and the folded kernels must have run.
+TEST_P(GpuBatch, FoldedBatch1DecodeCloseToUnfolded) {
+  KILN_REQUIRE_GPU();
+  const ModelConfig c = config();
+  const int64_t V = c.vocab_size;
+  CudaBackendOptions off;
+  off.norm_fold = false;
+  auto a = CudaBackend::random(c, 17, 0.05f), b = CudaBackend::random(c, 17, 0.05f, off);
+  const int32_t NB = 64, BS = 16;
+  auto pa = a->new_kv_pool(NB, BS), pb = b->new_kv_pool(NB, BS);
+  Blocks blocks(NB, BS, 1, 3);
+  std::vector<Step> steps = {{0, prompt(300, V, 1), 0, true}};
+  double worst = 0;
+  for (int k = 0; k < 8; ++k) {
+    SCOPED_TRACE(testing::Message() << "step " << k);
+    if (k == 7) a->set_profiling(true);  // graphs are bypassed while profiling
+    std::vector<BatchEntry> e = entries_of(steps, blocks);
+    std::vector<float> la, lb;
+    a->forward_batch(*pa, e, la);
+    b->forward_batch(*pb, e, lb);
+    if (k == 0) {
+      ASSERT_EQ(la, lb) << "prefill (never folded)";
+    } else {
+      worst = std::max(worst, rel_error(la, lb));
+      EXPECT_LT(rel_error(la, lb), kTolLogits);
+    }
+    steps = {{0, {argmax(lb)}, steps[0].first + int64_t(steps[0].tokens.size()), true}};
+  }
+  std::printf("[   info   ] folded vs unfolded batch-1 decode, worst logit error %.2e\n", worst);
+  bool o_folded = false;
+  for (const KernelStat& st : a->kernel_stats()) o_folded |= st.name.ends_with("o+norm.gemv");
+  EXPECT_TRUE(o_folded);
 }
 
 // Decode steps of several batch sizes (buckets 1, 4, 8, 32, 64) and two table widths (sequences

@@ -175,21 +175,33 @@ TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
     for (LayerWeights& L : w.layers)
       for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
         quantize(*m, v.format, v.group ? v.group : m->cols);
-    CudaBackendOptions on, off;
+    CudaBackendOptions on, off, folded;
+    on.norm_fold = false;  // the folded norm rounds differently: compared within tolerance below
     off.fused_decode = false;
-    CudaBackend a(c, w, on), b(c, w, off);
+    CudaBackend a(c, w, on), b(c, w, off), f(c, w, folded);
+    auto sf = f.new_sequence(300);  // > 256 positions: the decode attention has its combine, the step folds
     auto sa = a.new_sequence(200), sb = b.new_sequence(200);
     auto p = prompt(70, c.vocab_size);  // past one 64-position attention tile
     std::vector<float> la, lb;
+    std::vector<float> lf;
     a.forward(*sa, p, false, la);
     b.forward(*sb, p, false, lb);
+    f.forward(*sf, p, false, lf);
     ASSERT_EQ(la, lb) << "prefill (never fused)";
+    ASSERT_EQ(lf, lb) << "prefill (never folded)";
     for (int step = 0; step < 10; ++step) {
       int32_t t = int32_t((step * 29 + 5) % c.vocab_size);
-      if (step == 9) a.set_profiling(true);  // graphs are bypassed while profiling
+      if (step == 9) {  // graphs are bypassed while profiling
+        a.set_profiling(true);
+        f.set_profiling(true);
+      }
       a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
       b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
+      f.forward(*sf, std::span<const int32_t>(&t, 1), false, lf);
       ASSERT_EQ(la, lb) << "decode step " << step;
+      // The RMSNorms folded into the GEMVs (gemv_fused.h) round differently: within tolerance.
+      const double tol = v.format == QuantFormat::fp8 ? kTolLogitsFp8 : kTolLogits;
+      EXPECT_LT(rel_error(lf, lb), tol) << "folded norm, decode step " << step;
     }
     bool rope_fused = false, swiglu_fused = false;  // the fused kernels did run
     for (const KernelStat& st : a.kernel_stats()) {
@@ -197,6 +209,9 @@ TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
       swiglu_fused |= st.name.ends_with("gate_up+silu.gemv");
     }
     EXPECT_TRUE(rope_fused && swiglu_fused) << v.name;
+    bool o_folded = false;  // the int8 / int4 o GEMV took the fold
+    for (const KernelStat& st : f.kernel_stats()) o_folded |= st.name.ends_with("o+norm.gemv");
+    EXPECT_TRUE(o_folded) << v.name;
   }
 }
 

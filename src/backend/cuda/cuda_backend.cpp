@@ -103,7 +103,8 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok); with a
   // quantized cache only gate/up is fused (FusedDecode::qkv).
   const bool quantized = seq.quant != cuda::KvQuant::none;
-  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized};
+  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized,
+                                 m.norm_fold_for(seq.capacity())};
   const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,

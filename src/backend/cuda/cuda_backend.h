@@ -41,6 +41,9 @@ struct CudaBackendOptions {
   // (gemv_fused.h) where the weights and shape allow; same bits either way. KILN_FUSED_DECODE=0
   // also turns it off.
   bool fused_decode = true;
+  // With fused_decode: the RMSNorms between the decode GEMVs folded into them (gemv_fused.h:
+  // NormProduce / NormApply; not the same bits as the norm kernel). KILN_NORM_FOLD=0 also turns it off.
+  bool norm_fold = true;
 };
 
 // One kernel name's totals over the launches timed since the last reset.

@@ -95,6 +95,7 @@ struct Activations {
   bf16* h = nullptr;        // (rows, inter)
   float* logits = nullptr;  // (rows, vocab)
   float* xg = nullptr;      // (rows, hidden) gathered residual rows (only when gather)
+  float* norm_sumsq = nullptr;  // (rows, hidden / 16): the folded RMSNorm's tile partials (cuda::NormProduce)
   int32_t* ints = nullptr;  // n_ints int32 (token/position staging of the single-sequence path)
   // Split-K partials of the matrix products with kGemvMaxRows < M <= kSplitKMaxRows (matmul.h);
   // only when rows > kGemvMaxRows. In the arena: a fixed address for the captured graphs.
@@ -117,7 +118,7 @@ struct Activations {
     size_t o_x = carve(C * H * 4), o_xn = carve(C * H * 2), o_qkv = carve(C * qkv_dim * 2), o_q = carve(C * q_dim * 2),
            o_attn = carve(C * q_dim * 2), o_gu = carve(C * 2 * I * 2), o_h = carve(C * I * 2),
            o_logits = carve(C * size_t(c.vocab_size) * 4), o_ints = carve(size_t(n_ints) * 4),
-           o_xg = carve(gather ? C * H * 4 : 0);
+           o_xg = carve(gather ? C * H * 4 : 0), o_sumsq = carve(C * (H / 16 + 1) * 4);
     const int64_t splitk_floats = n_rows > cuda::kGemvMaxRows ? cuda::kSplitKWorkspaceFloats : 0;
     const size_t o_splitk = carve(size_t(splitk_floats) * 4);
     const size_t o_xq = carve(C * size_t(act_quant_cols)), o_xs = carve(act_quant_cols ? C * 4 : 0);
@@ -135,6 +136,7 @@ struct Activations {
     logits = reinterpret_cast<float*>(base + o_logits);
     ints = reinterpret_cast<int32_t*>(base + o_ints);
     xg = gather ? reinterpret_cast<float*>(base + o_xg) : nullptr;
+    norm_sumsq = reinterpret_cast<float*>(base + o_sumsq);
     splitk = {splitk_floats ? reinterpret_cast<float*>(base + o_splitk) : nullptr, splitk_floats};
     xq = act_quant_cols ? reinterpret_cast<uint8_t*>(base + o_xq) : nullptr;
     xs = act_quant_cols ? reinterpret_cast<float*>(base + o_xs) : nullptr;
@@ -379,7 +381,16 @@ struct CudaBackend::Impl {
     };
     for (const cuda_backend::DeviceLayer& d : layers)
       use_fused_decode = use_fused_decode && fusable(d.w_qkv) && fusable(d.w_gu);
+    use_norm_fold = use_fused_decode && opt.norm_fold && env_switch_on("KILN_NORM_FOLD") && c.hidden_size % 16 == 0;
+    for (const cuda_backend::DeviceLayer& d : layers)
+      use_norm_fold = use_norm_fold && fusable(d.wo) && fusable(d.w_down);
   }
+  // The fused decode step with the RMSNorms between its GEMVs folded into them (session 12,
+  // gemv_fused.h: NormProduce / NormApply): o and down write the next norm's z and tile partials,
+  // gate/up and the next layer's qkv scale their products; only layer 0's input norm and the final
+  // norm stay kernels. Needs the fused qkv GEMV (FusedDecode::qkv) and o / down weights the fused
+  // GEMVs take. KILN_NORM_FOLD=0: the rmsnorm kernels, for the same-binary comparison.
+  bool use_norm_fold = false;
   // Where the fused qkv GEMV puts K/V and reads the position (set: the layers run fused).
   struct FusedDecode {
     const int32_t* position = nullptr;                    // device: the token's position
@@ -389,7 +400,16 @@ struct CudaBackend::Impl {
     // K/V write. A quantized cache needs this: a (token, KV head) vector's scale needs its amax, and
     // the fused qkv GEMV spreads one head's rows over 8 blocks (PERFORMANCE.md, session 5).
     bool qkv = true;
+    // The RMSNorms folded into the GEMVs (use_norm_fold; needs qkv): as norm_fold_for decides.
+    bool fold_norms = false;
   };
+  // Whether a batch-1 decode step over a cache of max_kv_len positions folds its norms: only where
+  // the decode attention ends with its combine kernel (P > 1 split blocks: more than kDecodeSplit
+  // positions). Right after a one-block split kernel (P = 1) the folded step measured slower:
+  // tg128 (129 positions) 1-2% with the combine launched anyway, 24% without it, while from 256
+  // positions on it is faster (docs/performance/decode-step.md, session 12). Graph-safe: the
+  // capacity (single sequence) and the table width (pool) are fixed for a captured step.
+  bool norm_fold_for(int64_t max_kv_len) const { return use_norm_fold && max_kv_len > cuda::kDecodeSplit; }
 
   // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
   // qkv projection and the o projection: it rotates q/k of a.qkv by position, writes K/V into the
@@ -400,10 +420,14 @@ struct CudaBackend::Impl {
                       const FusedDecode* fused = nullptr) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     op("embed", profile::embed(n, H), [&] { cuda::embed_gather(embed.data(), tokens, a.x, n, H, s()); });
+    const bool fold = fused && fused->qkv && fused->fold_norms;
+    const cuda::NormApply folded{a.norm_sumsq, int(H / 16), c.rms_eps};
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const cuda_backend::DeviceLayer& L = layers[size_t(l)];
       const bf16* b_qkv = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
-      const bool qkv_in_ready = norm_for(a, L.attn_norm, L.w_qkv.view(), n);
+      // With the fold, the previous layer's down GEMV left this norm's z in a.xn.
+      const bool qkv_folded = fold && l > 0;
+      const bool qkv_in_ready = qkv_folded ? false : norm_for(a, L.attn_norm, L.w_qkv.view(), n);
       if (fused && fused->qkv) {
         const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
                                         c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
@@ -411,26 +435,31 @@ struct CudaBackend::Impl {
         profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv.view()));
         cost += profile::rope_qkv(1, c);
         op("qkv+rope.gemv", cost, [&] {
+          const cuda::NormApply norm = qkv_folded ? folded : cuda::NormApply{};
           if (L.w_qkv.format == QuantFormat::none)
-            cuda::gemv_rope_kv(a.xn, L.w_qkv.bf16_data(), b_qkv, target, H, s());
+            cuda::gemv_rope_kv(a.xn, L.w_qkv.bf16_data(), b_qkv, target, H, s(), norm);
           else
-            cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s());
+            cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s(), norm);
         });
       } else {
         linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
       attend(l);
-      linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
+      if (fold)
+        linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
+      else
+        linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
       cuda::QScratch gu_scratch = qscratch_for(a);
-      gu_scratch.xq_ready = norm_for(a, L.ffn_norm, L.w_gu.view(), n);
+      gu_scratch.xq_ready = fold ? false : norm_for(a, L.ffn_norm, L.w_gu.view(), n);
       if (fused) {
         profile::Cost cost = profile::linear(1, 2 * I, H, 2, weight_widths(L.w_gu.view()));
         cost += profile::silu_mul(1, I);
         op("gate_up+silu.gemv", cost, [&] {
+          const cuda::NormApply norm = fold ? folded : cuda::NormApply{};
           if (L.w_gu.format == QuantFormat::none)
-            cuda::gemv_swiglu(a.xn, L.w_gu.bf16_data(), a.h, I, H, s());
+            cuda::gemv_swiglu(a.xn, L.w_gu.bf16_data(), a.h, I, H, s(), norm);
           else
-            cuda::qgemv_swiglu(a.xn, L.w_gu.view(), a.h, I, s());
+            cuda::qgemv_swiglu(a.xn, L.w_gu.view(), a.h, I, s(), norm);
         });
       } else if (L.w_gu.format == QuantFormat::none && cuda::gemm_swiglu_ok(a.xn, L.w_gu.bf16_data(), a.h, n, I, H)) {
         // Prefill and batched decode on Hopper: SwiGLU in the gate/up GEMM's epilogue (the same
@@ -453,8 +482,27 @@ struct CudaBackend::Impl {
         linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n, gu_scratch.xq_ready);
         op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
       }
-      linear("down", a, a.h, L.w_down.view(), nullptr, a.x, OutMode::add_f32, n);
+      if (fold && l + 1 < c.n_layers)
+        linear_add_norm("down", a, a.h, L.w_down, layers[size_t(l + 1)].attn_norm);
+      else
+        linear("down", a, a.h, L.w_down.view(), nullptr, a.x, OutMode::add_f32, n);
     }
+  }
+
+  // One token's o or down product added into the residual a.x, with the first half of the RMSNorm
+  // `norm` after it (cuda::NormProduce: its z into a.xn, its tile partials into a.norm_sumsq).
+  void linear_add_norm(const char* what, const cuda_backend::Activations& a, const bf16* in,
+                       const cuda::DeviceWeight& w, const DeviceBuffer<bf16>& norm) {
+    const int64_t H = c.hidden_size;
+    profile::Cost cost = profile::linear(1, w.rows, w.cols, 8, weight_widths(w.view()));
+    cost.bytes += 2.0 * double(H) + 2.0 * double(H) + 4.0 * double(H / 16);  // norm weight, z, partials
+    const cuda::NormProduce out{norm.data(), a.xn, a.norm_sumsq};
+    op(std::string(what) + "+norm.gemv", cost, [&] {
+      if (w.format == QuantFormat::none)
+        cuda::gemv_add_norm(in, w.bf16_data(), a.x, out, w.rows, w.cols, s());
+      else
+        cuda::qgemv_add_norm(in, w.view(), a.x, out, s());
+    });
   }
 
   // ---- the quantized KV cache (--kv-cache int8|fp8, kv_quant.h) ----

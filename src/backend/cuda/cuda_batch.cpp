@@ -292,7 +292,8 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
   // pool: only gate/up fused, FusedDecode::qkv).
   const bool fused = B == 1 && m.fused_decode_ok();
   Impl::FusedDecode fused_decode{meta + ml.positions, meta + ml.slots,
-                                 [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }, !pool.quantized()};
+                                 [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }, !pool.quantized(),
+                                 m.norm_fold_for(max_kv_len)};
   m.enqueue_layers(
       a, meta + ml.tokens, B,
       [&](int64_t l) {

@@ -12,9 +12,17 @@
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/gemv_reduce.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pointwise_math.cuh"
 
 namespace kiln::cuda {
+
+// An epilogue's optional prefetch (E::prefetch(lo0)) of what its finish will read that no kernel of
+// the step writes, issued by the GEMVs before their main loop so it lands in L2 under the stream.
+template <class E>
+__device__ __forceinline__ void epi_prefetch(const E& epi, int64_t lo0) {
+  if constexpr (requires { epi.prefetch(lo0); }) epi.prefetch(lo0);
+}
 
 // The plain epilogue: tile b is rows 16b .. 16b + 15 (clamped loads past N, masked stores);
 // y = acc (+ bias) per OutMode.
@@ -49,11 +57,35 @@ __device__ __forceinline__ float warp0_result(const float (&red)[WA][16][8 * NT 
   return v;
 }
 
+// NormApply's s for activation row 0 (the fused GEMVs take M = 1), on every lane of warp 0: the
+// K / 16 tile partials summed lane-strided, then a butterfly (every lane ends with the same bits).
+// __ldcg: the partials were written by the kernel before this one, which may still have been
+// running when this one started (PDL): read at L2, never a stale L1 line.
+__device__ __forceinline__ float norm_scale(const NormApply& norm, int lane, int k) {
+  float a = 0.0f;
+  for (int i = lane; i < norm.tiles; i += 32) a += __ldcg(norm.sumsq + i);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+  return rsqrtf(a / float(k) + norm.eps);
+}
+
+// warp0_result with a NormApply: start + s * (the warps' partials summed in order).
+template <int WA, int NT>
+__device__ __forceinline__ float warp0_scaled(const float (&red)[WA][16][8 * NT + 1], int warps, int r, int m,
+                                              float start, float s) {
+  float v = 0.0f;
+#pragma unroll
+  for (int q = 0; q < WA; ++q)
+    if (q < warps) v += red[q][r][m];
+  return start + s * v;
+}
+
 // qkv: q and k heads' rotated runs paired (i, i + rot_dim / 2) for the rotate-half layout; every
 // other run (interleaved RoPE, the unrotated tail of a head, v) is 16 consecutive rows.
 struct RopeKvEpi {
   const bf16* bias;
   RopeKvTarget o;
+  NormApply norm = {};  // x is a NormProduce's z: scale the products by its s
 
   __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
     const int64_t v0 = 16 * b, hd = o.head_dim;
@@ -74,7 +106,9 @@ struct RopeKvEpi {
     const int lane = int(threadIdx.x), r = lane % 16, m = lane / 16;
     const int64_t n = r < 8 ? lo0 + r : hi0 + r - 8;
     // The unfused path stores the projection as bf16 and RoPE reads that back.
-    const float v = round_bf16(warp0_result<WA, NT>(red, warps, r, m, bias ? __bfloat162float(bias[n]) : 0.0f));
+    const float start = bias ? __bfloat162float(bias[n]) : 0.0f;
+    const float v = round_bf16(norm.sumsq ? warp0_scaled<WA, NT>(red, warps, r, m, start, norm_scale(norm, lane, 16 * norm.tiles))
+                                          : warp0_result<WA, NT>(red, warps, r, m, start));
     const float half_partner = __shfl_xor_sync(0xffffffffu, v, 8), pair_partner = __shfl_xor_sync(0xffffffffu, v, 1);
     if (m >= m_actual) return;
     const int64_t pos = o.position[0], hd = o.head_dim;
@@ -109,6 +143,7 @@ struct RopeKvEpi {
 struct SwiGluEpi {
   bf16* h;
   int64_t inter;
+  NormApply norm = {};  // as RopeKvEpi's
 
   __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
     lo0 = 8 * b;
@@ -121,10 +156,62 @@ struct SwiGluEpi {
     __syncthreads();
     if (threadIdx.x >= 32) return;
     const int lane = int(threadIdx.x), r = lane % 16, m = lane / 16;
-    const float v = round_bf16(warp0_result<WA, NT>(red, warps, r, m, 0.0f));  // gate (r < 8) or up
+    const float v = round_bf16(norm.sumsq ? warp0_scaled<WA, NT>(red, warps, r, m, 0.0f, norm_scale(norm, lane, 16 * norm.tiles))
+                                          : warp0_result<WA, NT>(red, warps, r, m, 0.0f));  // gate (r < 8) or up
     const float up = __shfl_xor_sync(0xffffffffu, v, 8);
     if (m >= m_actual || r >= 8) return;
     h[lo0 + r] = __float2bfloat16(silu_mul_value(v, up));
+  }
+};
+
+// o and down with the first half of the next RMSNorm (NormProduce, gemv_fused.h): tile b is rows
+// 16b .. 16b + 15 as StoreRows; y += the product with StoreRows' sum and add (add_f32: the residual
+// gets the plain GEMV's bits), then z = bf16(y o weight) and the tile's sum of y^2, summed over its
+// 16 rows by a fixed shuffle tree. Needs N % 16 == 0 (whole tiles).
+struct AddNormRows {
+  float* y;
+  NormProduce o;
+  __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
+    lo0 = 16 * b;
+    hi0 = lo0 + 8;
+  }
+  // The tile's 16 norm weights and (M = 1) residual values into L2 before the main loop: without
+  // it the epilogue's loads went to DRAM after the stream (o + norm measured 3 us a call slower
+  // than o, H200 session 12 run 1). L2 is the point of coherence, so the residual's line may be
+  // fetched while its writer still runs (PDL): the epilogue's own load comes after the wait.
+  __device__ __forceinline__ void prefetch(int64_t lo0) const {
+    if (threadIdx.x == 0) {
+      prefetch_l2(o.weight + lo0);
+      prefetch_l2(y + lo0);
+    }
+  }
+  template <int WA, int NT>
+  __device__ __forceinline__ void finish(const float (&red)[WA][16][8 * NT + 1], int warps, int64_t lo0, int64_t,
+                                         int m_actual, int64_t N) const {
+    __syncthreads();
+    // Item i = (row r = i % 16, activation row m = i / 16): the 16 rows of one m are 16 neighbouring
+    // lanes, and every lane of a warp runs the same number of iterations (16 * 8 * NT and the
+    // stride are multiples of 32), so the shuffles below see whole warps.
+    for (int i = threadIdx.x; i < 16 * 8 * NT; i += warps * 32) {
+      const int r = i % 16, m = i / 16;
+      const int64_t n = lo0 + r;
+      float sq = 0.0f;
+      if (m < m_actual && n < N) {
+        float* p = y + int64_t(m) * N + n;
+        const float y0 = *p, wn = __bfloat162float(o.weight[n]);  // both loads before any store
+        float v = 0.0f;
+#pragma unroll
+        for (int q = 0; q < WA; ++q)
+          if (q < warps) v += red[q][r][m];
+        const float x = y0 + v;
+        *p = x;
+        o.z[int64_t(m) * N + n] = __float2bfloat16(x * wn);
+        sq = x * x;
+      }
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+      if (r == 0 && m < m_actual) o.sumsq[int64_t(m) * (N / 16) + lo0 / 16] = sq;
+    }
   }
 };
 

@@ -22,16 +22,31 @@ int64_t require_rope_kv_target(const RopeKvTarget& out, int64_t K) {
   return int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim;
 }
 
+void require_norm_apply(const NormApply& norm, int64_t K) {
+  KILN_CUDA_REQUIRE(!norm.sumsq || (K % 16 == 0 && norm.tiles == K / 16), "NormApply: K / 16 tile partials");
+}
+
 void gemv_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& out, int64_t K,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const NormApply& norm) {
   const int64_t N = require_rope_kv_target(out, K);
-  launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out}, stream);
+  require_norm_apply(norm, K);
+  launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out, norm}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void gemv_swiglu(const bf16* x, const bf16* w, bf16* h, int64_t inter, int64_t K, cudaStream_t stream) {
+void gemv_swiglu(const bf16* x, const bf16* w, bf16* h, int64_t inter, int64_t K, cudaStream_t stream,
+                 const NormApply& norm) {
   KILN_CUDA_REQUIRE(inter % 8 == 0 && K % 8 == 0, "gemv_swiglu: inter and K must be multiples of 8");
-  launch_gemv_mma<1>(x, w, 1, 2 * inter, K, inter / 8, SwiGluEpi{h, inter}, stream);
+  require_norm_apply(norm, K);
+  launch_gemv_mma<1>(x, w, 1, 2 * inter, K, inter / 8, SwiGluEpi{h, inter, norm}, stream);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void gemv_add_norm(const bf16* x, const bf16* w, float* y, const NormProduce& norm, int64_t N, int64_t K,
+                   cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(N % 16 == 0 && K % 8 == 0, "gemv_add_norm: N % 16 and K % 8 must be 0");
+  KILN_CUDA_REQUIRE(norm.weight && norm.z && norm.sumsq, "gemv_add_norm: weight, z and sumsq");
+  launch_gemv_mma<1>(x, w, 1, N, K, N / 16, AddNormRows{y, norm}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -185,6 +185,11 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     rq_shi = scales + r_hi * groups + (G32 ? t % Fm::NG : 0);
   };
   rows_of(tile0);
+  for (int tile = tile0; tile < tile1; ++tile) {  // the epilogue's prefetch (AddNormRows: its norm weights)
+    int64_t lo0, hi0;
+    epi.rows(tile, lo0, hi0);
+    epi_prefetch(epi, lo0);
+  }
   // kRow with one tile: the rows' scales once (re-loading them per super-chunk cost int8 per channel
   // 8% on gate_up: H200 run 2 of session 4).
   const bool row_once = SM == kRow && tile1 - tile0 == 1;
@@ -545,16 +550,27 @@ bool qgemv_fusable(const QWeight& w) {
   return v3_smem_bytes(w.cols, 1, 1, unit) <= kSmemBudget4;
 }
 
-void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream) {
+void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream,
+                   const NormApply& norm) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_rope_kv: unsupported weight");
   KILN_CUDA_REQUIRE(w.rows == require_rope_kv_target(out, w.cols), "qgemv_rope_kv: rows");
-  KILN_CUDA_REQUIRE(by_format(x, w, RopeKvEpi{bias, out}, 1, true, true, stream), "qgemv_rope_kv: group layout");
+  require_norm_apply(norm, w.cols);
+  KILN_CUDA_REQUIRE(by_format(x, w, RopeKvEpi{bias, out, norm}, 1, true, true, stream), "qgemv_rope_kv: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream) {
+void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream,
+                  const NormApply& norm) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w) && w.rows == 2 * inter && inter % 8 == 0, "qgemv_swiglu: unsupported weight");
-  KILN_CUDA_REQUIRE(by_format(x, w, SwiGluEpi{h, inter}, 1, true, true, stream), "qgemv_swiglu: group layout");
+  require_norm_apply(norm, w.cols);
+  KILN_CUDA_REQUIRE(by_format(x, w, SwiGluEpi{h, inter, norm}, 1, true, true, stream), "qgemv_swiglu: group layout");
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void qgemv_add_norm(const bf16* x, const QWeight& w, float* y, const NormProduce& norm, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_add_norm: unsupported weight");
+  KILN_CUDA_REQUIRE(norm.weight && norm.z && norm.sumsq, "qgemv_add_norm: weight, z and sumsq");
+  KILN_CUDA_REQUIRE(by_format(x, w, AddNormRows{y, norm}, 1, true, true, stream), "qgemv_add_norm: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -113,8 +113,13 @@ void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode m
 // qgemv_swiglu: w = [w_gate | w_up] (2 inter rows). They always run v3 with x staged, so they
 // match the unfused path only under the default qgemv version (qgemv_set_version 0, 3 or 5).
 bool qgemv_fusable(const QWeight& w);
-void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream);
-void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream);
+void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream,
+                   const NormApply& norm = {});
+void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream,
+                  const NormApply& norm = {});
+// gemv_add_norm (gemv_fused.h) for a qgemv_fusable int8 / int4 w: y (w.rows) fp32 += W . x, then
+// the NormProduce; M = 1.
+void qgemv_add_norm(const bf16* x, const QWeight& w, float* y, const NormProduce& norm, cudaStream_t stream);
 // W -> bf16 (rows, cols) row-major: value = q * scale + min rounded to bf16 (int8/int4/fp8).
 void dequantize_to_bf16(const QWeight& w, bf16* dst, cudaStream_t stream);
 // Per-token fp8 quantization of x (M, K): xq (M, K) e4m3 bytes, xs (M) scales (0 for a zero row).
