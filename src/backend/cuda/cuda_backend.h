@@ -38,11 +38,12 @@ struct CudaBackendOptions {
   int64_t max_chunk = 2048;
   bool use_graphs = true;
   // Batch-1 decode with RoPE (+ the K/V write) and SwiGLU folded into the qkv and gate/up GEMVs
-  // (gemv_fused.h) where the weights and shape allow; same bits either way. KILN_FUSED_DECODE=0
-  // also turns it off.
+  // (gemv_fused.h) where the weights and shape allow; same bits either way (with norm_fold off).
+  // KILN_FUSED_DECODE=0 also turns it off.
   bool fused_decode = true;
   // With fused_decode: the RMSNorms between the decode GEMVs folded into them (gemv_fused.h:
-  // NormProduce / NormApply; not the same bits as the norm kernel). KILN_NORM_FOLD=0 also turns it off.
+  // NormProduce / NormApply; not the same bits as the norm kernel) in steps over caches of more
+  // than 256 positions (CudaBackend::Impl::norm_fold_for). KILN_NORM_FOLD=0 also turns it off.
   bool norm_fold = true;
 };
 

@@ -95,7 +95,7 @@ struct Activations {
   bf16* h = nullptr;        // (rows, inter)
   float* logits = nullptr;  // (rows, vocab)
   float* xg = nullptr;      // (rows, hidden) gathered residual rows (only when gather)
-  float* norm_sumsq = nullptr;  // (rows, hidden / 16): the folded RMSNorm's tile partials (cuda::NormProduce)
+  float* norm_sumsq = nullptr;  // hidden / 16: the folded RMSNorm's tile partials (cuda::NormProduce; batch 1 only)
   int32_t* ints = nullptr;  // n_ints int32 (token/position staging of the single-sequence path)
   // Split-K partials of the matrix products with kGemvMaxRows < M <= kSplitKMaxRows (matmul.h);
   // only when rows > kGemvMaxRows. In the arena: a fixed address for the captured graphs.
@@ -118,7 +118,7 @@ struct Activations {
     size_t o_x = carve(C * H * 4), o_xn = carve(C * H * 2), o_qkv = carve(C * qkv_dim * 2), o_q = carve(C * q_dim * 2),
            o_attn = carve(C * q_dim * 2), o_gu = carve(C * 2 * I * 2), o_h = carve(C * I * 2),
            o_logits = carve(C * size_t(c.vocab_size) * 4), o_ints = carve(size_t(n_ints) * 4),
-           o_xg = carve(gather ? C * H * 4 : 0), o_sumsq = carve(C * (H / 16 + 1) * 4);
+           o_xg = carve(gather ? C * H * 4 : 0), o_sumsq = carve((H / 16 + 1) * 4);
     const int64_t splitk_floats = n_rows > cuda::kGemvMaxRows ? cuda::kSplitKWorkspaceFloats : 0;
     const size_t o_splitk = carve(size_t(splitk_floats) * 4);
     const size_t o_xq = carve(C * size_t(act_quant_cols)), o_xs = carve(act_quant_cols ? C * 4 : 0);
@@ -368,7 +368,8 @@ struct CudaBackend::Impl {
   // A batch-1 decode step runs each layer as 7 kernels instead of 9, RoPE (with the K/V write) and
   // SwiGLU folded into the qkv and gate/up GEMVs (gemv_fused.h; qmatmul.h for int8 / int4 weights).
   // Needs bf16, int8 or int4 projections (fp8 has no fused form) and a shape the pairing takes;
-  // KILN_FUSED_DECODE=0 (or the option) turns it off, for comparison: the results are the same bits.
+  // KILN_FUSED_DECODE=0 (or the option) turns it off, for comparison: the results are the same bits
+  // (the RMSNorm fold below aside, which changes them).
   // Decided once, when the weights are in place (both constructors call decide_fused_decode).
   bool use_fused_decode = false;
   bool fused_decode_ok() const { return use_fused_decode; }
@@ -389,7 +390,9 @@ struct CudaBackend::Impl {
   // gemv_fused.h: NormProduce / NormApply): o and down write the next norm's z and tile partials,
   // gate/up and the next layer's qkv scale their products; only layer 0's input norm and the final
   // norm stay kernels. Needs the fused qkv GEMV (FusedDecode::qkv) and o / down weights the fused
-  // GEMVs take. KILN_NORM_FOLD=0: the rmsnorm kernels, for the same-binary comparison.
+  // GEMVs take (any layer's o or down that the fused GEMVs cannot take, e.g. x too large to stage
+  // in shared memory, turns it off for the whole model). KILN_NORM_FOLD=0: the rmsnorm kernels,
+  // for the same-binary comparison.
   bool use_norm_fold = false;
   // Where the fused qkv GEMV puts K/V and reads the position (set: the layers run fused).
   struct FusedDecode {

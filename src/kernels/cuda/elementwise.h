@@ -3,7 +3,8 @@
 //
 // Residual stream choice: fp32. The embedding gather writes fp32 rows, the o/down projections add
 // into them in fp32 (OutMode::add_f32), and RMSNorm reads fp32 and writes the bf16 input of the next
-// projection. The residual is (n, hidden) -- small next to the weights -- and keeping it fp32 keeps
+// projection (in a batch-1 decode step over more than 256 cached positions the GEMVs around it do
+// its work instead: gemv_fused.h, NormProduce / NormApply). The residual is (n, hidden) -- small next to the weights -- and keeping it fp32 keeps
 // the GPU close to the fp32 CPU reference over many layers.
 #pragma once
 

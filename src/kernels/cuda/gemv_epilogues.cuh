@@ -3,7 +3,8 @@
 // product; the pairing epilogues of the fused decode GEMVs (gemv_fused.h) choose the runs so both
 // values of a RoPE pair or a gate/up pair land in one warp. Shared by the bf16 GEMV (gemv_mma.cuh,
 // gemv_fused.cu) and the int8 / int4 GEMV (quant/qgemv_v3.cu); all sum bias and the warps'
-// partials in the same order, so each format's fused forms compute its unfused kernels' bits. An
+// partials in the same order, so each format's fused forms compute its unfused kernels' bits --
+// except with a NormApply (the folded RMSNorm, gemv_fused.h), which scales the partials' sum. An
 // epilogue's finish starts with a __syncthreads (the per-warp partials in `red` are complete) and
 // leaves the caller to synchronize again before `red` is reused.
 #pragma once
@@ -17,8 +18,9 @@
 
 namespace kiln::cuda {
 
-// An epilogue's optional prefetch (E::prefetch(lo0)) of what its finish will read that no kernel of
-// the step writes, issued by the GEMVs before their main loop so it lands in L2 under the stream.
+// An epilogue's optional prefetch (E::prefetch(lo0)) of what its finish will read, issued by the
+// GEMVs before their main loop (before their PDL wait) so it lands in L2 under the stream: an L2
+// prefetch returns no data, so it may name memory the kernel before is still writing (pdl.cuh).
 template <class E>
 __device__ __forceinline__ void epi_prefetch(const E& epi, int64_t lo0) {
   if constexpr (requires { epi.prefetch(lo0); }) epi.prefetch(lo0);
@@ -69,10 +71,13 @@ __device__ __forceinline__ float norm_scale(const NormApply& norm, int lane, int
   return rsqrtf(a / float(k) + norm.eps);
 }
 
-// warp0_result with a NormApply: start + s * (the warps' partials summed in order).
+// warp0_result, or with a NormApply start + s * (the warps' partials summed in order): the bias is
+// added after the scale, as it is after the norm kernel's GEMV.
 template <int WA, int NT>
-__device__ __forceinline__ float warp0_scaled(const float (&red)[WA][16][8 * NT + 1], int warps, int r, int m,
-                                              float start, float s) {
+__device__ __forceinline__ float warp0_value(const float (&red)[WA][16][8 * NT + 1], int warps, int r, int m,
+                                             float start, const NormApply& norm, int lane) {
+  if (!norm.sumsq) return warp0_result<WA, NT>(red, warps, r, m, start);
+  const float s = norm_scale(norm, lane, 16 * norm.tiles);
   float v = 0.0f;
 #pragma unroll
   for (int q = 0; q < WA; ++q)
@@ -107,8 +112,7 @@ struct RopeKvEpi {
     const int64_t n = r < 8 ? lo0 + r : hi0 + r - 8;
     // The unfused path stores the projection as bf16 and RoPE reads that back.
     const float start = bias ? __bfloat162float(bias[n]) : 0.0f;
-    const float v = round_bf16(norm.sumsq ? warp0_scaled<WA, NT>(red, warps, r, m, start, norm_scale(norm, lane, 16 * norm.tiles))
-                                          : warp0_result<WA, NT>(red, warps, r, m, start));
+    const float v = round_bf16(warp0_value<WA, NT>(red, warps, r, m, start, norm, lane));
     const float half_partner = __shfl_xor_sync(0xffffffffu, v, 8), pair_partner = __shfl_xor_sync(0xffffffffu, v, 1);
     if (m >= m_actual) return;
     const int64_t pos = o.position[0], hd = o.head_dim;
@@ -156,8 +160,7 @@ struct SwiGluEpi {
     __syncthreads();
     if (threadIdx.x >= 32) return;
     const int lane = int(threadIdx.x), r = lane % 16, m = lane / 16;
-    const float v = round_bf16(norm.sumsq ? warp0_scaled<WA, NT>(red, warps, r, m, 0.0f, norm_scale(norm, lane, 16 * norm.tiles))
-                                          : warp0_result<WA, NT>(red, warps, r, m, 0.0f));  // gate (r < 8) or up
+    const float v = round_bf16(warp0_value<WA, NT>(red, warps, r, m, 0.0f, norm, lane));  // gate (r < 8) or up
     const float up = __shfl_xor_sync(0xffffffffu, v, 8);
     if (m >= m_actual || r >= 8) return;
     h[lo0 + r] = __float2bfloat16(silu_mul_value(v, up));
@@ -167,7 +170,8 @@ struct SwiGluEpi {
 // o and down with the first half of the next RMSNorm (NormProduce, gemv_fused.h): tile b is rows
 // 16b .. 16b + 15 as StoreRows; y += the product with StoreRows' sum and add (add_f32: the residual
 // gets the plain GEMV's bits), then z = bf16(y o weight) and the tile's sum of y^2, summed over its
-// 16 rows by a fixed shuffle tree. Needs N % 16 == 0 (whole tiles).
+// 16 rows by a fixed shuffle tree. Needs N % 16 == 0 (whole tiles). Its loop is gemv_meet's without
+// the early `continue` (the shuffles need every lane of a warp).
 struct AddNormRows {
   float* y;
   NormProduce o;
@@ -175,10 +179,11 @@ struct AddNormRows {
     lo0 = 16 * b;
     hi0 = lo0 + 8;
   }
-  // The tile's 16 norm weights and (M = 1) residual values into L2 before the main loop: without
-  // it the epilogue's loads went to DRAM after the stream (o + norm measured 3 us a call slower
-  // than o, H200 session 12 run 1). L2 is the point of coherence, so the residual's line may be
-  // fetched while its writer still runs (PDL): the epilogue's own load comes after the wait.
+  // The tile's 16 norm weights (32 bytes) and M = 1 residual values (64 bytes, 64-byte aligned: one
+  // line each) into L2 before the main loop: without it the epilogue's loads went to DRAM after the
+  // stream (o + norm measured 3 us a call slower than o, H200 session 12 run 1). L2 is the point of
+  // coherence, so the residual's line may be fetched while its writer still runs (PDL): the
+  // epilogue's own load comes after the wait.
   __device__ __forceinline__ void prefetch(int64_t lo0) const {
     if (threadIdx.x == 0) {
       prefetch_l2(o.weight + lo0);

@@ -26,6 +26,11 @@ void require_norm_apply(const NormApply& norm, int64_t K) {
   KILN_CUDA_REQUIRE(!norm.sumsq || (K % 16 == 0 && norm.tiles == K / 16), "NormApply: K / 16 tile partials");
 }
 
+void require_norm_produce(const NormProduce& norm, int64_t N) {
+  KILN_CUDA_REQUIRE(N % 16 == 0, "NormProduce: the rows must be whole 16-row tiles");
+  KILN_CUDA_REQUIRE(norm.weight && norm.z && norm.sumsq, "NormProduce: weight, z and sumsq");
+}
+
 void gemv_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& out, int64_t K,
                   cudaStream_t stream, const NormApply& norm) {
   const int64_t N = require_rope_kv_target(out, K);
@@ -44,8 +49,8 @@ void gemv_swiglu(const bf16* x, const bf16* w, bf16* h, int64_t inter, int64_t K
 
 void gemv_add_norm(const bf16* x, const bf16* w, float* y, const NormProduce& norm, int64_t N, int64_t K,
                    cudaStream_t stream) {
-  KILN_CUDA_REQUIRE(N % 16 == 0 && K % 8 == 0, "gemv_add_norm: N % 16 and K % 8 must be 0");
-  KILN_CUDA_REQUIRE(norm.weight && norm.z && norm.sumsq, "gemv_add_norm: weight, z and sumsq");
+  KILN_CUDA_REQUIRE(K % 8 == 0, "gemv_add_norm: K % 8 must be 0");
+  require_norm_produce(norm, N);
   launch_gemv_mma<1>(x, w, 1, N, K, N / 16, AddNormRows{y, norm}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }

@@ -7,7 +7,7 @@
 // needs meet in one warp: q/k rows i and i + rot_dim/2 of a head (RoPE's rotate-half pairs;
 // interleaved pairs (2i, 2i+1) are neighbours already), gate row i and up row i. One shuffle brings
 // the partner. Results are bit-identical to the unfused kernels (pointwise_math.cuh holds the
-// shared arithmetic; the GPU tests compare the two paths bit for bit).
+// shared arithmetic; the GPU tests compare the two paths bit for bit) unless the norm is folded too.
 // The RMSNorm in front of them is folded too (session 12; NormProduce / NormApply below): the
 // residual-add GEMV before it writes the norm's input and partial sums, these GEMVs scale their
 // products, and a layer of a batch-1 decode step is 5 kernels (gemv_add_norm is o and down). An
@@ -51,7 +51,8 @@ int64_t require_rope_kv_target(const RopeKvTarget& out, int64_t K);
 // (NormProduce), and the next GEMV multiplies its products by s (NormApply: it sums the tiles'
 // partials in a fixed order), before its bias and pointwise epilogue. The rounding differs from
 // rmsnorm then GEMV (z is rounded to bf16 before the scale, not after): not the same bits, the same
-// accuracy (tests/gpu/backend_test.cpp compares both to the CPU reference).
+// accuracy (tests/gpu/norm_fold_test.cpp against the CPU reference; the backend tests against the
+// unfolded step and, at capacity 300, the CPU backend).
 struct NormProduce {
   const bf16* weight = nullptr;  // the norm's weight, N values
   bf16* z = nullptr;             // N: bf16(x_new o weight), the next GEMV's input
@@ -61,11 +62,12 @@ struct NormApply {
   const float* sumsq = nullptr;  // the NormProduce's partials, K / 16 of them; null: nothing to apply
   int tiles = 0;                 // K / 16
   float eps = 0.0f;
-  explicit operator bool() const { return sumsq != nullptr; }
 };
 
-// The checks of a NormApply against the GEMV's K (KILN_CUDA_REQUIRE): K / 16 partials, or none.
+// The checks of a NormApply against the GEMV's K (K / 16 partials, or none) and of a NormProduce
+// against its GEMV's N (whole 16-row tiles, every pointer set) (KILN_CUDA_REQUIRE).
 void require_norm_apply(const NormApply& norm, int64_t K);
+void require_norm_produce(const NormProduce& norm, int64_t N);
 
 // x (K) bf16; w (q_dim + 2 kv_dim, K) = [wq | wk | wv] bf16, bias optional. norm: x is z of a
 // NormProduce (the products are scaled by its s before the bias and RoPE).

@@ -7,7 +7,8 @@
 //
 // The contract, which every kernel launched through launch_pdl keeps:
 //   * before pdl_wait() it touches only memory no kernel of the step writes (weights, K/V cache
-//     entries of earlier steps), and writes nothing; pdl_wait() returns once the previous kernel has
+//     entries of earlier steps), and writes nothing -- an L2 prefetch (prefetch_l2), which returns
+//     no data, may name any memory; pdl_wait() returns once the previous kernel has
 //     completed and its writes are visible;
 //   * it calls pdl_launch_dependents() only after its own pdl_wait(), so the kernel after it is
 //     launched early only once this one is past its wait: at most two kernels ever overlap, and

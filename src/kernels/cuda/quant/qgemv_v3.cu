@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     rq_shi = scales + r_hi * groups + (G32 ? t % Fm::NG : 0);
   };
   rows_of(tile0);
-  for (int tile = tile0; tile < tile1; ++tile) {  // the epilogue's prefetch (AddNormRows: its norm weights)
+  for (int tile = tile0; tile < tile1; ++tile) {  // the epilogue's prefetch (AddNormRows: norm weights, residual)
     int64_t lo0, hi0;
     epi.rows(tile, lo0, hi0);
     epi_prefetch(epi, lo0);
@@ -569,7 +569,7 @@ void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaS
 
 void qgemv_add_norm(const bf16* x, const QWeight& w, float* y, const NormProduce& norm, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_add_norm: unsupported weight");
-  KILN_CUDA_REQUIRE(norm.weight && norm.z && norm.sumsq, "qgemv_add_norm: weight, z and sumsq");
+  require_norm_produce(norm, w.rows);
   KILN_CUDA_REQUIRE(by_format(x, w, AddNormRows{y, norm}, 1, true, true, stream), "qgemv_add_norm: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
