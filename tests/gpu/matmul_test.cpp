@@ -14,10 +14,10 @@ namespace {
 // (scalar path), N = 4500 (> 2 blocks per SM of 16 rows on an H200: v2's 4-warp blocks in one
 // wave, x read behind a branch), N = 9000 (> 4 blocks per SM: 4-warp blocks in several waves, x
 // through the predicated load; the smaller N take the 8-warp blocks), K = 4104 (several warp steps,
-// ragged last one; with N = 64 the default is v3, split-K across blocks). gemv_step_groups' four U
-// with 8-warp blocks: K = 4104 and 200 take U = 8 (one n-tile) and 4 (two), K = 1536 (192 chunks:
-// one stride of 8 warps at U = 6) 7 and 6; with 4-warp blocks (N = 4500, 9000): K = 3584 (Qwen2.5's
-// hidden) 7 and 4, K = 4104 8 and 4.
+// ragged last one; with N = 64 the default is v3, split-K across blocks). Both U of two n-tiles
+// (gemv_two_tile_step_groups) with 8-warp blocks: K = 4104 and 200 take U = 4, K = 1536 (192
+// chunks: one stride of 8 warps at U = 6) U = 6; with 4-warp blocks (N = 4500, 9000): K = 3584
+// (Qwen2.5's hidden) and 4104 take U = 4.
 TEST(GpuMatmul, GemvAllRowCountsAndModes) {
   KILN_REQUIRE_GPU();
   for (int64_t m = 1; m <= 16; ++m)

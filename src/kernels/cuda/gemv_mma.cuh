@@ -149,22 +149,23 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
 // with v4's variants that were tried and removed).
 enum class GemvLoop { plain, pipelined };
 
-// Chunk groups per warp step of the plain loop (U) for K / 8 = n_chunks chunks over `warps` warps:
-// among the U this header instantiates (one n-tile: 8, 7; two: 6, 4), the one whose busiest warp
-// (warp 0: it takes chunks 4U s * warps + 0..4U-1 of every step s) loads the fewest chunks, the
-// larger U on a tie (more bytes in flight a warp). A stride that does not divide K leaves a last
-// step to a few warps while the rest of the SM idles: down at M = 16 (K / 8 = 1792, U = 6, 8 warps,
-// a stride of 192) took 10 steps on 3 warps and 9 on the other 5; U = 4 gives every warp 14.
-// KILN_GEMV_STEP_GROUPS=U forces U where this n-tile count has it (same-binary comparisons).
-inline int gemv_step_groups(int nt, int64_t n_chunks, int warps) {
+// Chunk groups per warp step of the plain loop (U) at two n-tiles (M = 9..16) for K / 8 = n_chunks
+// chunks over `warps` warps: 6 or 4, the one whose busiest warp (warp 0: it takes chunks
+// 4U (s warps + 0) .. + 4U - 1 of every step s) loads the fewer chunks, 6 on a tie (more bytes in
+// flight a warp). A stride that does not divide K leaves a last step to a few warps while the rest
+// of the SM idles: down at M = 16 (K / 8 = 1792, U = 6, 8 warps, a stride of 192) took 10 steps on 3
+// warps and 9 on the other 5; U = 4 gives every warp 14. One n-tile keeps U = 8: the same rule with
+// 7 as the other choice made Qwen2.5-7B's down and lm_head slower and its tg128 4% slower (H200,
+// session 12: docs/performance/gemv.md). KILN_GEMV_STEP_GROUPS=6 or 4 forces U (same-binary
+// comparisons).
+inline int gemv_two_tile_step_groups(int64_t n_chunks, int warps) {
   static const int forced = env_int("KILN_GEMV_STEP_GROUPS", 0);
-  const int big = nt == 1 ? 8 : 6, small = nt == 1 ? 7 : 4;
-  if (forced == big || forced == small) return forced;
+  if (forced == 6 || forced == 4) return forced;
   auto busiest = [&](int u) {
     const int64_t step = 4 * u, stride = int64_t(warps) * step, full = n_chunks / stride;
     return full * step + std::min(step, n_chunks - full * stride);
   };
-  return busiest(small) < busiest(big) ? small : big;
+  return busiest(4) < busiest(6) ? 4 : 6;
 }
 
 // The plain loop's three launch shapes for one U (see launch_gemv_mma).
@@ -183,9 +184,9 @@ void launch_gemv_mma_plain(bool pdl, bool eight_warp_blocks, bool one_wave, dim3
 // A launch over `blocks` 16-row blocks: 16 warps fit per SM (<= 128 registers). A grid that fits
 // in two blocks per SM takes 8-warp blocks (o, down: 256 blocks -> 16 warps on each SM); larger
 // grids take 4-warp blocks, so up to 4 are resident per SM and a grid of <= 4 blocks per SM (qkv:
-// 384) runs in one wave. Plain loop: U = 8 (or 7) chunk groups per step for one n-tile, 6 (or 4)
-// for two (the second tile's x fragments would push U = 8 past 128 registers: ptxas spilled), as
-// gemv_step_groups picks. Pipelined: two stages of U = 4 (one n-tile) or 3 (two).
+// 384) runs in one wave. Plain loop: U = 8 chunk groups per step for one n-tile, 6 or 4 for two
+// (the second tile's x fragments would push U = 8 past 128 registers: ptxas spilled), as
+// gemv_two_tile_step_groups picks. Pipelined: two stages of U = 4 (one n-tile) or 3 (two).
 template <int NT, class E>
 void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, int64_t blocks, const E& epi,
                      cudaStream_t stream, GemvLoop loop = GemvLoop::plain) {
@@ -201,12 +202,12 @@ void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, 
     return;
   }
   const bool one_wave = blocks <= 4 * int64_t(gemv_sm_count());
-  const int u = gemv_step_groups(NT, K / 8, eight_warp_blocks ? 8 : 4);
-  constexpr int kBig = NT == 1 ? 8 : 6, kSmall = NT == 1 ? 7 : 4;
-  if (u == kSmall)
-    launch_gemv_mma_plain<NT, kSmall>(pdl, eight_warp_blocks, one_wave, grid, x, w, m, N, K, epi, stream);
+  if constexpr (NT == 1)
+    launch_gemv_mma_plain<1, 8>(pdl, eight_warp_blocks, one_wave, grid, x, w, m, N, K, epi, stream);
+  else if (gemv_two_tile_step_groups(K / 8, eight_warp_blocks ? 8 : 4) == 4)
+    launch_gemv_mma_plain<2, 4>(pdl, eight_warp_blocks, one_wave, grid, x, w, m, N, K, epi, stream);
   else
-    launch_gemv_mma_plain<NT, kBig>(pdl, eight_warp_blocks, one_wave, grid, x, w, m, N, K, epi, stream);
+    launch_gemv_mma_plain<2, 6>(pdl, eight_warp_blocks, one_wave, grid, x, w, m, N, K, epi, stream);
 }
 
 }  // namespace kiln::cuda
