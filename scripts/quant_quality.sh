@@ -66,15 +66,16 @@ want int4-awq-noclip && quantize int4-awq-noclip int4 --calib "$WORK/calib.txt" 
 # GPTQ instead of round-to-nearest; and the same calibration with round-to-nearest codes (the control).
 want int4-awq-16k && quantize int4-awq-16k int4 --calib "$WORK/calib.txt" --calib-tokens 16384 &&
   ppl int4-awq-16k int4-awq-16k --kl-base "$WORK/bf16.klb"
-want int4-awq-gptq && quantize int4-awq-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq &&
-  ppl int4-awq-gptq int4-awq-gptq --kl-base "$WORK/bf16.klb"
-# Session 11: GPTQ with act-order (static group grids) and / or the MSE-chosen group range.
+want int4-awq-gptq && quantize int4-awq-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq \
+  --no-gptq-act-order --no-gptq-mse-grid && ppl int4-awq-gptq int4-awq-gptq --kl-base "$WORK/bf16.klb"
+# Session 11: GPTQ with act-order (static group grids) and / or the MSE-chosen group range (both the
+# default with --gptq since session 12).
 want int4-awq-gptq-ao && quantize int4-awq-gptq-ao int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq \
-  --gptq-act-order && ppl int4-awq-gptq-ao int4-awq-gptq-ao --kl-base "$WORK/bf16.klb"
+  --no-gptq-mse-grid && ppl int4-awq-gptq-ao int4-awq-gptq-ao --kl-base "$WORK/bf16.klb"
 want int4-awq-gptq-mse && quantize int4-awq-gptq-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq \
-  --gptq-mse-grid && ppl int4-awq-gptq-mse int4-awq-gptq-mse --kl-base "$WORK/bf16.klb"
+  --no-gptq-act-order && ppl int4-awq-gptq-mse int4-awq-gptq-mse --kl-base "$WORK/bf16.klb"
 want int4-awq-gptq-ao-mse && quantize int4-awq-gptq-ao-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-act-order --gptq-mse-grid && ppl int4-awq-gptq-ao-mse int4-awq-gptq-ao-mse --kl-base "$WORK/bf16.klb"
+  --gptq && ppl int4-awq-gptq-ao-mse int4-awq-gptq-ao-mse --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"

@@ -53,3 +53,13 @@ def test_gptq_needs_a_calibration_text(needs_kiln, tmp_path):
     q = kiln("quantize", MODEL, out, "--type", "int4", "--gptq")
     assert q.returncode != 0 and "--gptq needs a calibration text" in q.stderr
     assert not out.exists()
+
+
+def test_gptq_refinements_need_gptq(needs_kiln, tmp_path):
+    """act-order and the MSE group ranges are on by default with --gptq (session 12); their flags, on
+    or off, refine --gptq and are refused without it."""
+    out = tmp_path / "never.gguf"
+    for flag in ("--gptq-act-order", "--no-gptq-mse-grid"):
+        q = kiln("quantize", MODEL, out, "--type", "int4", flag)
+        assert q.returncode != 0 and "--gptq" in q.stderr, (flag, q.stderr[-500:])
+    assert not out.exists()
