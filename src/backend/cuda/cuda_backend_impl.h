@@ -118,7 +118,7 @@ struct Activations {
     size_t o_x = carve(C * H * 4), o_xn = carve(C * H * 2), o_qkv = carve(C * qkv_dim * 2), o_q = carve(C * q_dim * 2),
            o_attn = carve(C * q_dim * 2), o_gu = carve(C * 2 * I * 2), o_h = carve(C * I * 2),
            o_logits = carve(C * size_t(c.vocab_size) * 4), o_ints = carve(size_t(n_ints) * 4),
-           o_xg = carve(gather ? C * H * 4 : 0), o_sumsq = carve((H / 16 + 1) * 4);
+           o_xg = carve(gather ? C * H * 4 : 0), o_sumsq = carve(H / 16 * 4);
     const int64_t splitk_floats = n_rows > cuda::kGemvMaxRows ? cuda::kSplitKWorkspaceFloats : 0;
     const size_t o_splitk = carve(size_t(splitk_floats) * 4);
     const size_t o_xq = carve(C * size_t(act_quant_cols)), o_xs = carve(act_quant_cols ? C * 4 : 0);

@@ -21,9 +21,20 @@ namespace kiln::cuda {
 // An epilogue's optional prefetch (E::prefetch(lo0)) of what its finish will read, issued by the
 // GEMVs before their main loop (before their PDL wait) so it lands in L2 under the stream: an L2
 // prefetch returns no data, so it may name memory the kernel before is still writing (pdl.cuh).
+// Epilogues without one cost the kernels nothing (the callers test kEpiPrefetches at compile time).
 template <class E>
-__device__ __forceinline__ void epi_prefetch(const E& epi, int64_t lo0) {
-  if constexpr (requires { epi.prefetch(lo0); }) epi.prefetch(lo0);
+constexpr bool kEpiPrefetches = requires(const E& e, int64_t lo0) { e.prefetch(lo0); };
+
+// The W warps' partials of output row r, activation row m, added to `init` in warp order (the one
+// order every epilogue uses, so fused and plain forms agree where they should).
+template <int WA, int NT>
+__device__ __forceinline__ float warps_sum(const float (&red)[WA][16][8 * NT + 1], int warps, int r, int m,
+                                           float init) {
+  float v = init;
+#pragma unroll
+  for (int q = 0; q < WA; ++q)
+    if (q < warps) v += red[q][r][m];
+  return v;
 }
 
 // The plain epilogue: tile b is rows 16b .. 16b + 15 (clamped loads past N, masked stores);
@@ -52,11 +63,7 @@ struct StoreRows {
 template <int WA, int NT>
 __device__ __forceinline__ float warp0_result(const float (&red)[WA][16][8 * NT + 1], int warps, int r, int m,
                                               float start) {
-  float v = start;
-#pragma unroll
-  for (int q = 0; q < WA; ++q)
-    if (q < warps) v += red[q][r][m];
-  return v;
+  return warps_sum<WA, NT>(red, warps, r, m, start);
 }
 
 // NormApply's s for activation row 0 (the fused GEMVs take M = 1), on every lane of warp 0: the
@@ -77,12 +84,7 @@ template <int WA, int NT>
 __device__ __forceinline__ float warp0_value(const float (&red)[WA][16][8 * NT + 1], int warps, int r, int m,
                                              float start, const NormApply& norm, int lane) {
   if (!norm.sumsq) return warp0_result<WA, NT>(red, warps, r, m, start);
-  const float s = norm_scale(norm, lane, 16 * norm.tiles);
-  float v = 0.0f;
-#pragma unroll
-  for (int q = 0; q < WA; ++q)
-    if (q < warps) v += red[q][r][m];
-  return start + s * v;
+  return start + norm_scale(norm, lane, 16 * norm.tiles) * warps_sum<WA, NT>(red, warps, r, m, 0.0f);
 }
 
 // qkv: q and k heads' rotated runs paired (i, i + rot_dim / 2) for the rotate-half layout; every
@@ -204,11 +206,7 @@ struct AddNormRows {
       if (m < m_actual && n < N) {
         float* p = y + int64_t(m) * N + n;
         const float y0 = *p, wn = __bfloat162float(o.weight[n]);  // both loads before any store
-        float v = 0.0f;
-#pragma unroll
-        for (int q = 0; q < WA; ++q)
-          if (q < warps) v += red[q][r][m];
-        const float x = y0 + v;
+        const float x = y0 + warps_sum<WA, NT>(red, warps, r, m, 0.0f);
         *p = x;
         o.z[int64_t(m) * N + n] = __float2bfloat16(x * wn);
         sq = x * x;

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   int64_t lo0, hi0;
   epi.rows(blockIdx.x, lo0, hi0);
-  epi_prefetch(epi, lo0);  // the epilogue's own L2 prefetch, if it has one (AddNormRows: norm weights, residual)
+  if constexpr (kEpiPrefetches<E>) epi.prefetch(lo0);  // AddNormRows: its norm weights and residual into L2
   const int64_t n_chunks = K / 8;
   const uint4* w_lo = reinterpret_cast<const uint4*>(w + imin64(lo0 + g, N - 1) * K);
   const uint4* w_hi = reinterpret_cast<const uint4*>(w + imin64(hi0 + g, N - 1) * K);

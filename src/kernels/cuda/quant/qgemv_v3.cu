@@ -185,10 +185,12 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     rq_shi = scales + r_hi * groups + (G32 ? t % Fm::NG : 0);
   };
   rows_of(tile0);
-  for (int tile = tile0; tile < tile1; ++tile) {  // the epilogue's prefetch (AddNormRows: norm weights, residual)
-    int64_t lo0, hi0;
-    epi.rows(tile, lo0, hi0);
-    epi_prefetch(epi, lo0);
+  if constexpr (kEpiPrefetches<E>) {  // AddNormRows: every tile's norm weights and residual into L2
+    for (int tile = tile0; tile < tile1; ++tile) {
+      int64_t lo0, hi0;
+      epi.rows(tile, lo0, hi0);
+      epi.prefetch(lo0);
+    }
   }
   // kRow with one tile: the rows' scales once (re-loading them per super-chunk cost int8 per channel
   // 8% on gate_up: H200 run 2 of session 4).
