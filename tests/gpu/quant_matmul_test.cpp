@@ -109,6 +109,30 @@ TEST(GpuQuant, GemvTilesDealtOverEverySlot) {
   cuda::qgemv_set_version(0);
 }
 
+// int8 with x staged runs fp16 MMAs on fp16(x / 16) (qgemv_v3.cu, session 13): exact for bf16
+// magnitudes 2.4e-4 .. 1e6. Rows whose elements span 1e-3 .. 1e5 (each element its own power of
+// ten), at M = 1 (the fused decode's M) and M = 5, per channel and g32, still meet the fp32 tolerance.
+TEST(GpuQuant, Int8GemvWideActivationRange) {
+  KILN_REQUIRE_GPU();
+  ThreadPool pool(2);
+  uint32_t seed = 1300;
+  for (int64_t m : {1, 5})
+    for (Case c : {Case{QuantFormat::int8, m, 300, 1152, 1152}, Case{QuantFormat::int8, m, 4500, 256, 32}}) {
+      SCOPED_TRACE(describe(c, OutMode::store_f32, false));
+      HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, seed++);
+      std::vector<float> x = random_bf16_values(size_t(c.m * c.k), seed++);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_bf16(x[i] * std::pow(10.0f, float(int(i % 9) - 3)));
+      std::vector<float> ref(size_t(c.m * c.n));
+      cpu::matmul(pool, x.data(), w.data.data(), nullptr, ref.data(), c.m, c.n, c.k);
+      cuda::DeviceWeight dw = cuda::upload_weight({&w});
+      auto dx = to_device_bf16(x);
+      DeviceBuffer<float> y(ref.size());
+      cuda::qgemv(dx.data(), dw.view(), nullptr, y.data(), OutMode::store_f32, c.m, nullptr);
+      const std::vector<float> out = y.to_host();
+      EXPECT_LT(rel_error(out, ref), kTolF32Out);
+    }
+}
+
 // M past the GEMV: 17 and 64 (16-row GEMV slices for int8/int4), 65 and 100 (dequantize + bf16
 // GEMM), and the fp8 wgmma GEMM (its 128x128 and 128x256 tiles: N = 4500 at M = 300 fills an H200).
 TEST(GpuQuant, PrefillRowCounts) {

@@ -24,10 +24,12 @@
 // Instruction budget (per warp and super-chunk of 16 rows = 1 KB of weights for int4 and int8, M <= 8):
 //   int4: 2 weight LDG.128, 4 LDS.128 (x), 56 SHF/LOP3, 8 MMAs (2 chains of 4), 1 LDS.64 (x sums),
 //         ~12 FP (fold), ring moves and address math: ~95 instructions;
-//   int8: 2 LDG.128, 2 LDS.128, 56 SHF/LOP3, 8 MMAs, ~12 FP: ~90.
+//   int8: 2 LDG.128, 2 LDS.128, 16 PRMT, 4 fp16 MMAs, ~14 FP (session 13; the bf16 nibble path it
+//         replaced: 56 SHF/LOP3 and 8 MMAs, ~90 -- still the path with x from L2).
 // At 4 TB/s an SM consumes ~15 weight bytes per clock, a super-chunk per ~67 clocks; 4 schedulers
 // issue ~270 instructions in that time, so the stream needs ~35% of the issue slots: not the limit
 // if D super-chunks in flight cover the memory latency (16 warps x D KB per SM; D = 4: 64 KB).
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,6 +67,46 @@ __device__ __forceinline__ void mma_acc(float* c, uint32_t a0, uint32_t a1, uint
   else
     mma_bf16(c, a0, a1, a2, a3, b0, b1);
 }
+
+// The same product with fp16 operands (int8 weights with x staged in shared memory, below).
+__device__ __forceinline__ void mma_f16_z(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+__device__ __forceinline__ void mma_f16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <bool First>
+__device__ __forceinline__ void mma_f16_acc(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                            uint32_t b1) {
+  if constexpr (First)
+    mma_f16_z(c, a0, a1, a2, a3, b0, b1);
+  else
+    mma_f16(c, a0, a1, a2, a3, b0, b1);
+}
+
+// int8 with x in shared memory (session 13): bytes b_i and b_j of w as the fp16 pair (1024 + b_i,
+// 1024 + b_j), exact (fp16 has 10 mantissa bits), in one PRMT against the exponent byte 0x64. bf16
+// (7 bits) cannot hold a byte, which is why the bf16 path splits every byte into two nibbles and
+// runs two MMAs per word pair; ncu (session 13) showed that int8 stream issue-bound (IPC 1.9,
+// 133 instructions per KB of weights) at 60% of the DRAM peak where bf16's waits on memory.
+template <uint32_t kSelect>
+__device__ __forceinline__ uint32_t byte_pair_f16(uint32_t w) {
+  return __byte_perm(w, 0x64646464u, kSelect);
+}
+// x is staged for it as fp16(x / 16): every bf16 value of magnitude 2.4e-4 .. 1e6 is exact there
+// (bf16's 8 significant bits fit fp16's 11), smaller ones round to fp16's subnormal step (5e-7
+// after the scale); the tile's sums are scaled back by 16 (exact) before the epilogue.
+constexpr float kF16XScale = 0.0625f;
 
 // ((w >> kShift) & 0x000F000F) | kBase in one LOP3 (+ one SHF): written as C, the compiler emits two
 // LOP3s (one immediate per LOP3), 11 instructions per word instead of 7 (SASS of the first v3 build).
@@ -144,7 +186,7 @@ constexpr int kV3MaxWarps = 8;
 // Blocks of 4 or 8 warps (blockDim.x), K split over them.
 // E: which rows a tile multiplies and what happens to its results (StoreRows, or a pairing
 // epilogue of gemv_epilogues.cuh).
-template <QuantFormat F, int SM, int NT, int D, bool XS, class E>
+template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles) {
@@ -152,6 +194,8 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
   constexpr int UNIT = v3_fold_unit(F, SM);  // k per fold (and per x sum)
+  // int8 with x staged: fp16 MMAs on whole bytes (byte_pair_f16) instead of bf16 MMAs on nibbles.
+  constexpr bool F16 = F == QuantFormat::int8 && XS && H16;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[kV3MaxWarps][16][8 * NT + 1];
   const int W = blockDim.x / 32;
@@ -246,6 +290,18 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         const int i = b0 + r * W * 32 + lane;
         float f[8];
         unpack8(v[r], f);
+        if constexpr (F16) {  // fp16(x / 16), and its sums from the rounded values the MMAs see
+          uint32_t h[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const __half2 p = __floats2half2_rn(f[2 * e] * kF16XScale, f[2 * e + 1] * kF16XScale);
+            const float2 back = __half22float2(p);
+            f[2 * e] = back.x;
+            f[2 * e + 1] = back.y;
+            h[e] = *reinterpret_cast<const uint32_t*>(&p);
+          }
+          v[r] = make_uint4(h[0], h[1], h[2], h[3]);
+        }
         float s = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
 #pragma unroll
         for (int o = 1; o < CPU; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -344,6 +400,45 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         if (G32) fold(j);
       }
       if (!G32) fold(0);
+    } else if constexpr (F16) {
+      // q = sum((1024 + byte) x / 16): one MMA per word pair. The fold takes min' + 1152 scale for
+      // min': the bf16 path's nibble offsets sum to 2176 + byte, so its min' expects that offset.
+      auto fold16 = [&](int u) {
+        float2 fl = G32 ? quad_shfl(sl, u) : sl, fh = G32 ? quad_shfl(sh, u) : sh;
+        fl.y = fmaf(1152.0f, fl.x, fl.y);
+        fh.y = fmaf(1152.0f, fh.x, fh.y);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const float2 xv = xsv[n][G32 ? u : 0];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 sc2 = e < 2 ? fl : fh;
+            acc[n][e] = fmaf(sc2.x, q[0][n][e], fmaf(sc2.y, (e & 1) ? xv.y : xv.x, acc[n][e]));
+          }
+        }
+      };
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // word pairs (2h, 2h + 1): 32-wide group h
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const uint32_t wl = word(a_lo, 2 * h + jj), wh = word(a_hi, 2 * h + jj);
+          // Bytes 0 / 2 are k pair (2t, 2t + 1) of the MMA, bytes 1 / 3 pair (2t + 8, 2t + 9), as the
+          // bf16 path's nibble pairs at shifts 0 / 8 take them.
+          const uint32_t p02 = byte_pair_f16<0x4240u>(wl), p13 = byte_pair_f16<0x4341u>(wl);
+          const uint32_t p02h = byte_pair_f16<0x4240u>(wh), p13h = byte_pair_f16<0x4341u>(wh);
+          const bool first = jj == 0 && (G32 || h == 0);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            const uint32_t b0 = jj == 0 ? b[n][h].x : b[n][h].z, b1 = jj == 0 ? b[n][h].y : b[n][h].w;
+            if (first)
+              mma_f16_acc<true>(q[0][n], p02, p02h, p13, p13h, b0, b1);
+            else
+              mma_f16_acc<false>(q[0][n], p02, p02h, p13, p13h, b0, b1);
+          }
+        }
+        if (G32) fold16(h);
+      }
+      if (!G32) fold16(0);
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // word pairs (2h, 2h + 1): 32-wide group h
@@ -389,7 +484,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = acc[j][e];
+        red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = F16 ? acc[j][e] * (1.0f / kF16XScale) : acc[j][e];
         acc[j][e] = 0.0f;
       }
     int64_t lo0, hi0;
@@ -432,11 +527,15 @@ template <QuantFormat F, int SM, int NT, bool XS, class E>
 void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, int64_t smem, int shift,
                int64_t blocks, cudaStream_t stream) {
   constexpr int D = v3_depth<NT, XS>();
-  auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E>;
-  static bool configured = false;  // raise the dynamic shared-memory limit once per instantiation
-  if (XS && !configured) {
+  // KILN_QGEMV_INT8_F16=0: int8 on the bf16 nibble path with x staged too (session 13's A/B).
+  static const bool h16 = env_switch_on("KILN_QGEMV_INT8_F16");
+  auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E, true>;
+  if constexpr (F == QuantFormat::int8 && XS)  // the only kernels the switch changes
+    if (!h16) kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E, false>;
+  static bool configured[2] = {false, false};  // raise the dynamic shared-memory limit once per instantiation
+  if (XS && !configured[h16]) {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBudget8)));
-    configured = true;
+    configured[h16] = true;
   }
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
