@@ -110,27 +110,40 @@ TEST(GpuQuant, GemvTilesDealtOverEverySlot) {
 }
 
 // int8 with x staged runs fp16 MMAs on fp16(x / 16) (qgemv_v3.cu, session 13): exact for bf16
-// magnitudes 2.4e-4 .. 1e6. Rows whose elements span 1e-3 .. 1e5 (each element its own power of
-// ten), at M = 1 (the fused decode's M) and M = 5, per channel and g32, still meet the fp32 tolerance.
+// magnitudes 2^-13 .. 2^20. Each activation row has its own magnitude, 1e-2 .. 9e5 (fp16's largest
+// after the scale is 65504 x 16 = 1.05e6), and each row's outputs must meet the fp32 tolerance on
+// their own: M = 5 (x staged, one n-tile) and M = 1, per channel (kRow), group 128 (kShift) and
+// group 32 (kG32). The fused forms run the same staging (GpuNormFold, GpuQuantBackend).
 TEST(GpuQuant, Int8GemvWideActivationRange) {
   KILN_REQUIRE_GPU();
   ThreadPool pool(2);
   uint32_t seed = 1300;
-  for (int64_t m : {1, 5})
-    for (Case c : {Case{QuantFormat::int8, m, 300, 1152, 1152}, Case{QuantFormat::int8, m, 4500, 256, 32}}) {
-      SCOPED_TRACE(describe(c, OutMode::store_f32, false));
-      HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, seed++);
-      std::vector<float> x = random_bf16_values(size_t(c.m * c.k), seed++);
-      for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_bf16(x[i] * std::pow(10.0f, float(int(i % 9) - 3)));
-      std::vector<float> ref(size_t(c.m * c.n));
-      cpu::matmul(pool, x.data(), w.data.data(), nullptr, ref.data(), c.m, c.n, c.k);
-      cuda::DeviceWeight dw = cuda::upload_weight({&w});
-      auto dx = to_device_bf16(x);
-      DeviceBuffer<float> y(ref.size());
-      cuda::qgemv(dx.data(), dw.view(), nullptr, y.data(), OutMode::store_f32, c.m, nullptr);
-      const std::vector<float> out = y.to_host();
-      EXPECT_LT(rel_error(out, ref), kTolF32Out);
-    }
+  const float magnitude[] = {1e-2f, 1.0f, 1e2f, 1e4f, 9e5f};
+  for (int64_t m : {5, 1})
+    for (Case c : {Case{QuantFormat::int8, m, 300, 1152, 1152}, Case{QuantFormat::int8, m, 300, 1024, 128},
+                   Case{QuantFormat::int8, m, 4500, 256, 32}})
+      for (int first = 0; first < (m == 1 ? 5 : 1); ++first) {  // M = 1: each magnitude alone
+        SCOPED_TRACE(describe(c, OutMode::store_f32, false) + fmt::format(" first magnitude {}", first));
+        HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, seed++);
+        std::vector<float> x = random_bf16_values(size_t(c.m * c.k), seed++);
+        for (int64_t r = 0; r < c.m; ++r)
+          for (int64_t k = 0; k < c.k; ++k) {
+            float& v = x[size_t(r * c.k + k)];
+            v = round_to_bf16(v * magnitude[(first + r) % 5]);
+          }
+        std::vector<float> ref(size_t(c.m * c.n));
+        cpu::matmul(pool, x.data(), w.data.data(), nullptr, ref.data(), c.m, c.n, c.k);
+        cuda::DeviceWeight dw = cuda::upload_weight({&w});
+        auto dx = to_device_bf16(x);
+        DeviceBuffer<float> y(ref.size());
+        cuda::qgemv(dx.data(), dw.view(), nullptr, y.data(), OutMode::store_f32, c.m, nullptr);
+        const std::vector<float> out = y.to_host();
+        for (int64_t r = 0; r < c.m; ++r) {
+          const std::span<const float> o(out.data() + r * c.n, size_t(c.n)), e(ref.data() + r * c.n, size_t(c.n));
+          EXPECT_LT(rel_error(o, e), kTolF32Out) << "activation row " << r << ", magnitude "
+                                                  << magnitude[(first + r) % 5];
+        }
+      }
 }
 
 // M past the GEMV: 17 and 64 (16-row GEMV slices for int8/int4), 65 and 100 (dequantize + bf16

@@ -103,9 +103,12 @@ template <uint32_t kSelect>
 __device__ __forceinline__ uint32_t byte_pair_f16(uint32_t w) {
   return __byte_perm(w, 0x64646464u, kSelect);
 }
-// x is staged for it as fp16(x / 16): every bf16 value of magnitude 2.4e-4 .. 1e6 is exact there
-// (bf16's 8 significant bits fit fp16's 11), smaller ones round to fp16's subnormal step (5e-7
-// after the scale); the tile's sums are scaled back by 16 (exact) before the epilogue.
+// x is staged for it as fp16(x / 16): a bf16 value of magnitude 2^-13 (1.2e-4) up to 2^20 (1.05e6)
+// is exact there (bf16's 8 significant bits fit fp16's 11); smaller ones round to fp16's subnormal
+// step (at most 4.8e-7 off, in x's units: about bf16's own rounding at 1.2e-4); from 2^20 on the
+// conversion gives inf and the row's outputs NaN. With the folded RMSNorm, x is the residual times
+// the norm weight, not normalized: Llama-family residuals stay below ~1e4, two decades inside.
+// (`KILN_QGEMV_INT8_F16=0` runs the bf16 nibble path, which has no such bound.)
 constexpr float kF16XScale = 0.0625f;
 
 // ((w >> kShift) & 0x000F000F) | kBase in one LOP3 (+ one SHF): written as C, the compiler emits two

@@ -6,7 +6,8 @@
 //     M <= 16:  qgemv (qgemv.cu dispatches; the default is qgemv_v3.cu): 16-row weight tiles, each
 //               warp streaming a contiguous range of 16-byte pieces straight into mma.sync fragments
 //               with 4 super-chunks in flight, dequantization fused: the bits become exact small
-//               integers in bf16 with one LOP3 per two values, the MMA sums them against x (staged
+//               integers in bf16 with one LOP3 per two values (int8 with x staged: whole bytes in
+//               fp16, one PRMT per two values; below), the MMA sums them against x (staged
 //               in shared memory with its per-group sums), and the scale and min are applied per
 //               group in fp32.
 //     M <= 64:  qgemv over 16-row slices of x (W is read ceil(M / 16) times; still fewer bytes than
@@ -40,7 +41,9 @@
 //     lane t's piece holds k = 64 sc + 32 (j / 2) + 8 t + 4 (j % 2) + i, i = 0..3, byte b holding
 //     i = {0, 2, 1, 3}[b]; the low nibbles of bytes (0, 2) and (1, 3) become (128 + lo) pairs with
 //     0x4300 and the high nibbles (2048 + 16 hi) pairs with 0x4500, two MMAs against the same x pair:
-//     their sum is 2176 + u = q + 2304 per element.
+//     their sum is 2176 + u = q + 2304 per element. Since session 13, where x is staged in shared
+//     memory (qgemv_v3.cu), one PRMT instead makes bytes (0, 2) and (1, 3) the fp16 pairs
+//     (1024 + u), one fp16 MMA against x staged as fp16(x / 16); the fold shifts min' by 1152 scale.
 //   fp8 (K % 16 == 0): e4m3 bytes, row-major as given (no repacking: cvt e4m3x2 -> f16x2 gives
 //     natural pairs).
 //   scales: int8 / int4: float2 {scale, min'} per (row, group), row-major, min' = min - off * scale
