@@ -6,7 +6,8 @@ The text is /usr/share/debian-reference/debian-reference.en.txt.gz from debian-r
 administering Debian, with some command listings and tables. The title page, table of contents
 and preface (everything before the "Chapter 1. GNU/Linux tutorials" heading) are dropped. The evaluation text is the first EVAL_CHARS
 characters of the rest (about 115k SmolLM2 tokens); the calibration text for the AWQ search is taken
-from the end of the book, disjoint from it.
+from the end of the book, disjoint from it. calib_long.txt is all of the book after the evaluation
+text (about 95k tokens, calib.txt its last part): the larger calibration for GPTQ's Hessians.
 
 usage: quant_corpus.py DEBIAN_REFERENCE_TXT_GZ OUT_DIR
 """
@@ -33,7 +34,9 @@ def main() -> None:
     calib_start = body.find("\n", len(body) - CALIB_CHARS) + 1
     (out / "eval.txt").write_text(body[:eval_end], encoding="utf-8")
     (out / "calib.txt").write_text(body[calib_start:], encoding="utf-8")
-    print(f"eval.txt: {eval_end} characters; calib.txt: {len(body) - calib_start} characters")
+    (out / "calib_long.txt").write_text(body[eval_end:], encoding="utf-8")
+    print(f"eval.txt: {eval_end} characters; calib.txt: {len(body) - calib_start} characters; "
+          f"calib_long.txt: {len(body) - eval_end} characters")
 
 
 if __name__ == "__main__":

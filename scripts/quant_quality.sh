@@ -22,7 +22,7 @@ PKG_VERSION=2.100
 mkdir -p "$WORK"
 
 # 1. The corpus: Debian's debian-reference-en package, fetched (no root needed) and unpacked.
-if [[ ! -f "$WORK/eval.txt" ]]; then
+if [[ ! -f "$WORK/eval.txt" || ! -f "$WORK/calib_long.txt" ]]; then  # calib_long.txt: since session 13
   deb=$(ls "$WORK"/${PKG}_*.deb 2>/dev/null | head -1 || true)
   if [[ -z "$deb" ]]; then
     (cd "$WORK" && apt-get download "$PKG=$PKG_VERSION")
@@ -76,6 +76,13 @@ want int4-awq-gptq-mse && quantize int4-awq-gptq-mse int4 --calib "$WORK/calib.t
   --no-gptq-act-order && ppl int4-awq-gptq-mse int4-awq-gptq-mse --kl-base "$WORK/bf16.klb"
 want int4-awq-gptq-ao-mse && quantize int4-awq-gptq-ao-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --gptq && ppl int4-awq-gptq-ao-mse int4-awq-gptq-ao-mse --kl-base "$WORK/bf16.klb"
+# Session 13: the same calibrated on 49,152 tokens of the longer calibration text (all of the book
+# after the evaluation text), the AWQ search and GPTQ's Hessians (summed as the rows pass) alike.
+want int4-awq-gptq-long && quantize int4-awq-gptq-long int4 --calib "$WORK/calib_long.txt" --calib-tokens 49152 \
+  --gptq-samples 49152 --gptq && ppl int4-awq-gptq-long int4-awq-gptq-long --kl-base "$WORK/bf16.klb"
+# Session 13: GPTQ (act-order, MSE ranges) after the AWQ scales without the clipping search.
+want int4-awq-noclip-gptq && quantize int4-awq-noclip-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --no-clip --gptq && ppl int4-awq-noclip-gptq int4-awq-noclip-gptq --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
@@ -102,6 +109,8 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-awq-gptq-ao", "INT4 (g128/g64) + AWQ, 14,848 tokens, GPTQ with act-order"),
           ("int4-awq-gptq-mse", "INT4 (g128/g64) + AWQ, 14,848 tokens, GPTQ with MSE group ranges"),
           ("int4-awq-gptq-ao-mse", "INT4 (g128/g64) + AWQ, 14,848 tokens, GPTQ with act-order and MSE ranges"),
+          ("int4-awq-noclip-gptq", "INT4 (g128/g64) + AWQ scales without clipping, 14,848 tokens, GPTQ (act-order, MSE ranges)"),
+          ("int4-awq-gptq-long", "INT4 (g128/g64) + AWQ and GPTQ (act-order, MSE ranges) on 49,152 tokens of calib_long"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),

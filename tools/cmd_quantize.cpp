@@ -120,21 +120,33 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   });
   if (!o.gptq) return;
   // GPTQ needs the inputs as the scaled (and clipped) matrices see them: a second calibration of
-  // the model as it now is, with more rows kept per site (its Hessians are cols x cols). The kept
-  // rows are held for every layer at once: refuse up front what would not fit in memory.
+  // the model as it now is. Its Hessians come either from kept rows (rows x cols a site) or summed as
+  // the rows pass (cols x cols a site, whatever the row count): the smaller of the two, held for
+  // every layer at once; refuse up front what would not fit in memory.
   const ModelConfig& c = model.config;
   const int64_t rows = std::min<int64_t>(o.gptq_samples, int64_t(ids.size()));
   const double row_bytes = 4.0 * double(2 * c.hidden_size + c.q_dim() + c.intermediate_size);
-  const double need = double(c.n_layers) * double(rows) * row_bytes +
-                      8.0 * 2.0 * double(c.intermediate_size) * double(c.intermediate_size);  // H and its factors
+  const double hessian_bytes = 8.0 * (2.0 * double(c.hidden_size) * double(c.hidden_size) +
+                                      double(c.q_dim()) * double(c.q_dim()) +
+                                      double(c.intermediate_size) * double(c.intermediate_size));
+  const bool summed = hessian_bytes < double(rows) * row_bytes;
+  const double need = double(c.n_layers) * (summed ? hessian_bytes : double(rows) * row_bytes) +
+                      // one site's H, its damped copy, the factors and inverses gptq_inverse_factor holds,
+                      // act-order's permuted copy and U: about 7 n^2 doubles at the widest input
+                      8.0 * 7.0 * double(c.intermediate_size) * double(c.intermediate_size);
   const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
-             "--gptq would hold {:.1f} GB of calibration rows and Hessians ({} rows x {} layers), more than 70% of "
-             "this machine's {:.1f} GB: lower --gptq-samples", need / 1e9, rows, c.n_layers, have / 1e9);
+             "--gptq would hold {:.1f} GB of calibration {} ({} rows x {} layers), more than 70% of this machine's "
+             "{:.1f} GB: lower --gptq-samples", need / 1e9, summed ? "Hessians" : "rows and Hessians", rows,
+             c.n_layers, have / 1e9);
   t0 = std::chrono::steady_clock::now();
-  fmt::print(stderr, "kiln quantize: calibrating the scaled model for GPTQ ({} rows a site; act-order {}, MSE group ranges {}) ...\n",
-             o.gptq_samples, o.gptq_act_order ? "on" : "off", o.gptq_mse_grid ? "on" : "off");
-  cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
+  fmt::print(stderr,
+             "kiln quantize: calibrating the scaled model for GPTQ ({} rows a site, {}; act-order {}, MSE group ranges "
+             "{}) ...\n",
+             rows, summed ? "Hessians summed as they pass" : "rows kept", o.gptq_act_order ? "on" : "off",
+             o.gptq_mse_grid ? "on" : "off");
+  cal = summed ? quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, 0, o.gptq_samples)
+               : quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
   fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping 1% of mean diag):\n",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   quant::GptqOptions gopt;
@@ -302,7 +314,7 @@ void add_quantize_command(CLI::App& app) {
                 "--calib: the scale search only, without AWQ's weight-clipping search (the session-8 files)");
   CLI::Option* gptq = cmd->add_flag(
       "--gptq", o->gptq, "--calib, int4: after the AWQ scales (and clipping), round the codes through GPTQ, not to nearest");
-  cmd->add_option("--gptq-samples", o->gptq_samples, "--gptq: calibration rows kept per matrix input")
+  cmd->add_option("--gptq-samples", o->gptq_samples, "--gptq: calibration rows per matrix input for its Hessians (evenly spaced over --calib-tokens)")
       ->capture_default_str();
   cmd->add_flag("--gptq-act-order,!--no-gptq-act-order", o->gptq_act_order,
                 "--gptq: quantize columns by decreasing input energy (act-order), group grids fixed up front "

@@ -4,9 +4,38 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ops.h"
 #include "core/check.h"
 
 namespace kiln::quant {
+namespace {
+
+// Rows r of x (rows x cols) with (first + r) % stride == 0, while taken + those picked < limit.
+std::vector<int64_t> picked_rows(int64_t first, int64_t rows, int64_t stride, int64_t limit, int64_t taken) {
+  std::vector<int64_t> picked;
+  for (int64_t r = 0; r < rows && taken + int64_t(picked.size()) < limit; ++r)
+    if ((first + r) % stride == 0) picked.push_back(r);
+  return picked;
+}
+
+// s.hessian += X^T X for the picked rows of x: one fp32 product over the rows of this forward
+// (at most a window of them), summed into the fp64 total.
+void add_to_hessian(SiteStats& s, const float* x, const std::vector<int64_t>& picked, ThreadPool& pool) {
+  const int64_t n = s.cols, k = int64_t(picked.size());
+  if (k == 0) return;
+  if (s.hessian.empty()) s.hessian.assign(size_t(n * n), 0.0);
+  std::vector<float> xt(size_t(n * k));  // X^T: cols x k
+  for (int64_t j = 0; j < k; ++j) {
+    const float* row = x + picked[size_t(j)] * n;
+    for (int64_t i = 0; i < n; ++i) xt[size_t(i * k + j)] = row[i];
+  }
+  std::vector<float> h(size_t(n * n));
+  cpu::matmul(pool, xt.data(), xt.data(), nullptr, h.data(), n, n, k);  // h = X^T (X^T)^T
+  for (size_t i = 0; i < h.size(); ++i) s.hessian[i] += double(h[i]);
+  s.hessian_rows += k;
+}
+
+}  // namespace
 
 std::vector<float> SiteStats::mean_abs() const {
   std::vector<float> m(static_cast<size_t>(cols));
@@ -15,11 +44,13 @@ std::vector<float> SiteStats::mean_abs() const {
 }
 
 Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                      std::span<const int32_t> tokens, int64_t window, int64_t max_samples) {
+                      std::span<const int32_t> tokens, int64_t window, int64_t max_samples,
+                      int64_t hessian_rows) {
   KILN_CHECK(window > 0 && int64_t(tokens.size()) >= window, invalid_argument,
              "the calibration text has {} tokens; it needs at least one window of {}", tokens.size(), window);
   const int64_t n_windows = int64_t(tokens.size()) / window, n_tokens = n_windows * window;
   const int64_t stride = std::max<int64_t>(1, n_tokens / std::max<int64_t>(max_samples, 1));
+  const int64_t hessian_stride = std::max<int64_t>(1, n_tokens / std::max<int64_t>(hessian_rows, 1));
   Calibration cal;
   cal.layers.resize(size_t(config.n_layers));
   cal.tokens = n_tokens;
@@ -40,6 +71,8 @@ Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, Th
       }
     }
     s.tokens += rows;
+    if (hessian_rows > 0)
+      add_to_hessian(s, x, picked_rows(first_token, rows, hessian_stride, hessian_rows, s.hessian_rows), pool);
   });
   std::vector<float> logits;
   for (int64_t w = 0; w < n_windows; ++w) {

@@ -3,7 +3,9 @@
 // The CPU reference runs the text in windows; an observer on every matrix product's input keeps,
 // per layer and site (model: cpu_backend.h's LinearSite), the mean |x| of each input channel over
 // all tokens (AWQ's "activation scale") and an evenly spaced sample of whole input rows, on which
-// the search measures each candidate's output error.
+// the search measures each candidate's output error. For GPTQ it can instead sum the input Hessian
+// H = sum x x^T over evenly spaced rows as they pass (cols x cols a site, whatever the row count),
+// so its calibration text is not bounded by the memory that kept rows would take.
 #pragma once
 
 #include <array>
@@ -23,6 +25,8 @@ struct SiteStats {
   int64_t tokens = 0;
   std::vector<float> samples;   // n_samples x cols, row-major
   int64_t n_samples = 0;
+  std::vector<double> hessian;  // cols x cols, row-major (both triangles): sum of x x^T over hessian_rows rows
+  int64_t hessian_rows = 0;
 
   std::vector<float> mean_abs() const;
 };
@@ -33,8 +37,11 @@ struct Calibration {
 };
 
 // Runs `tokens` through a CPU copy of the model in windows of `window` tokens (each window a fresh
-// sequence, as perplexity does) and keeps up to `max_samples` rows per site.
+// sequence, as perplexity does) and keeps up to `max_samples` rows per site; with hessian_rows > 0
+// it also sums every site's H over up to that many evenly spaced rows (the rows max_samples = hessian_rows
+// would keep, so the two ways give the same H up to fp32 rounding: each window's product is fp32).
 Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                      std::span<const int32_t> tokens, int64_t window, int64_t max_samples);
+                      std::span<const int32_t> tokens, int64_t window, int64_t max_samples,
+                      int64_t hessian_rows = 0);
 
 }  // namespace kiln::quant

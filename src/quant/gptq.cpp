@@ -50,6 +50,7 @@ std::vector<double> lower_inverse(const std::vector<double>& l, int64_t n) {
 }  // namespace
 
 std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool) {
+  if (site.hessian_rows > 0) return site.hessian;  // summed during calibration
   const int64_t n = site.cols, rows = site.n_samples;
   std::vector<double> H(size_t(n * n), 0.0);
   pool.parallel_for(n, [&](int64_t lo, int64_t hi) {  // the upper triangle, row a from column a
@@ -232,7 +233,8 @@ void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64
   for (size_t l = 0; l < w.layers.size(); ++l)
     for (const Site& site : sites) {
       const SiteStats& stats = cal.layers[l][size_t(site.index)];
-      KILN_CHECK(stats.n_samples > 0, invalid_argument, "GPTQ: no calibration rows for layer {}", l);
+      KILN_CHECK(stats.n_samples > 0 || stats.hessian_rows > 0, invalid_argument,
+                 "GPTQ: no calibration rows for layer {}", l);
       const std::vector<double> H = input_hessian(stats, pool);
       GptqOptions opt = options;
       if (opt.act_order) opt.order = gptq_act_order(H, stats.cols);

@@ -37,7 +37,8 @@
 
 namespace kiln::quant {
 
-// H = sum over the site's sampled rows of x x^T (cols x cols, row-major, double).
+// H = sum over the site's sampled rows of x x^T (cols x cols, row-major, double); the H summed during
+// calibration when there is one (calibrate's hessian_rows).
 std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool);
 
 // U, the upper Cholesky factor of (H + damp I)^-1 (row-major, cols x cols, zero below the

@@ -117,6 +117,37 @@ TEST(Gptq, OnATinyModelNoMatrixLosesToRoundToNearest) {
   }
 }
 
+// The Hessians summed as rows pass (calibrate's hessian_rows) are those of the rows kept with
+// max_samples = hessian_rows, to fp32 rounding within a window; with fewer rows than tokens the
+// same evenly spaced rows are taken.
+TEST(Gptq, HessiansSummedDuringCalibrationMatchTheKeptRows) {
+  ThreadPool pool(2);
+  const ModelConfig c = test::tiny_config();
+  const ModelWeights w = random_weights(c, 21, 0.5f);
+  std::vector<int32_t> tokens(160);
+  for (int i = 0; i < 160; ++i) tokens[size_t(i)] = (i * 31 + 7) % 97;
+  for (int64_t rows : {int64_t(160), int64_t(40)}) {
+    const quant::Calibration kept = quant::calibrate(c, w, pool, tokens, 32, rows);
+    const quant::Calibration summed = quant::calibrate(c, w, pool, tokens, 32, 0, rows);
+    for (size_t l = 0; l < kept.layers.size(); ++l)
+      for (size_t site = 0; site < 4; ++site) {
+        const quant::SiteStats& a = kept.layers[l][site];
+        const quant::SiteStats& b = summed.layers[l][site];
+        ASSERT_EQ(b.n_samples, 0);
+        ASSERT_EQ(b.hessian_rows, a.n_samples) << "rows " << rows;
+        const std::vector<double> Ha = quant::input_hessian(a, pool), Hb = quant::input_hessian(b, pool);
+        ASSERT_EQ(Ha.size(), Hb.size());
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < Ha.size(); ++i) {
+          worst = std::max(worst, std::fabs(Ha[i] - Hb[i]));
+          scale = std::max(scale, std::fabs(Ha[i]));
+        }
+        EXPECT_GT(scale, 0.0);
+        EXPECT_LE(worst, 1e-5 * scale) << "layer " << l << " site " << site << " rows " << rows;
+      }
+  }
+}
+
 TEST(Gptq, ActOrderSortsByInputEnergyAndPermutesTheHessian) {
   const int64_t n = 5;
   std::vector<double> H(size_t(n * n));
