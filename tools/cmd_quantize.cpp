@@ -41,6 +41,9 @@ struct QuantizeOptions {
   // act-order and the MSE group ranges are on with --gptq since session 12 (full corpus: +6.40% vs
   // +9.26% perplexity for plain GPTQ; docs/QUANTIZATION.md); --no-gptq-act-order / --no-gptq-mse-grid.
   bool head = false, no_clip = false, gptq = false, gptq_act_order = true, gptq_mse_grid = true;
+  // The clipping search serves round-to-nearest codes; before GPTQ it cost quality (session 13: full
+  // corpus, docs/QUANTIZATION.md), so --gptq skips it unless --gptq-clip asks for it.
+  bool gptq_clip = false;
   int32_t threads = 0;
   int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
   // Rows a matrix input for GPTQ's Hessians: every calibration token up to this many (with 4096 of
@@ -102,14 +105,15 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   KILN_CHECK(int64_t(ids.size()) >= o.calib_ctx, invalid_argument,
              "the calibration text '{}' has {} tokens; it needs at least --calib-ctx = {}", o.calib, ids.size(),
              o.calib_ctx);
+  const bool clip = !o.no_clip && (!o.gptq || o.gptq_clip);
   auto t0 = std::chrono::steady_clock::now();
   fmt::print(stderr, "kiln quantize: calibrating on {} tokens of '{}' (windows of {}) ...\n",
              ids.size() / size_t(o.calib_ctx) * size_t(o.calib_ctx), o.calib, o.calib_ctx);
   quant::Calibration cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.calib_samples);
   fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; AWQ scale search (alpha in 0..1, 21 points){}:\n",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-             o.no_clip ? "" : ", then the clipping search (ratio 1..0.5, 11 points; not q, k)");
-  quant::apply_awq(model.weights, model.config, cal, pool, o.group, !o.no_clip, [](const quant::AwqChoice& ch) {
+             clip ? ", then the clipping search (ratio 1..0.5, 11 points; not q, k)" : "");
+  quant::apply_awq(model.weights, model.config, cal, pool, o.group, clip, [](const quant::AwqChoice& ch) {
     std::string clip;
     if (ch.clip_error_before > 0)
       clip = fmt::format("; clipped {:.4g} -> {:.4g} ({:+.1f}%)", ch.clip_error_before, ch.clip_error_after,
@@ -313,9 +317,12 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--no-clip", o->no_clip,
                 "--calib: the scale search only, without AWQ's weight-clipping search (the session-8 files)");
   CLI::Option* gptq = cmd->add_flag(
-      "--gptq", o->gptq, "--calib, int4: after the AWQ scales (and clipping), round the codes through GPTQ, not to nearest");
+      "--gptq", o->gptq, "--calib, int4: after the AWQ scales, round the codes through GPTQ, not to nearest");
   cmd->add_option("--gptq-samples", o->gptq_samples, "--gptq: calibration rows per matrix input for its Hessians (evenly spaced over --calib-tokens)")
       ->capture_default_str();
+  cmd->add_flag("--gptq-clip", o->gptq_clip,
+                "--gptq: run AWQ's clipping search before GPTQ too (off by default since session 13)")
+      ->needs(gptq);
   cmd->add_flag("--gptq-act-order,!--no-gptq-act-order", o->gptq_act_order,
                 "--gptq: quantize columns by decreasing input energy (act-order), group grids fixed up front "
                 "(default on)")

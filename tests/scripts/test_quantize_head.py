@@ -59,7 +59,7 @@ def test_gptq_refinements_need_gptq(needs_kiln, tmp_path):
     """act-order and the MSE group ranges are on by default with --gptq (session 12); their flags, on
     or off, refine --gptq and are refused without it."""
     out = tmp_path / "never.gguf"
-    for flag in ("--gptq-act-order", "--no-gptq-mse-grid"):
+    for flag in ("--gptq-act-order", "--no-gptq-mse-grid", "--gptq-clip"):
         q = kiln("quantize", MODEL, out, "--type", "int4", flag)
         assert q.returncode != 0 and "--gptq" in q.stderr, (flag, q.stderr[-500:])
     assert not out.exists()
