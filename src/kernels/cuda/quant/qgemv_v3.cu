@@ -43,145 +43,13 @@
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/quant/qgemv_v3_parts.cuh"
 #include "kernels/cuda/quant/qmatmul.h"
 
 namespace kiln::cuda {
 namespace {
 
 using namespace qk;
-
-// d = A . B (zero accumulator: ptxas passes RZ, no clearing instructions).
-__device__ __forceinline__ void mma_bf16_z(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                           uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-}
-template <bool First>
-__device__ __forceinline__ void mma_acc(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
-  if constexpr (First)
-    mma_bf16_z(c, a0, a1, a2, a3, b0, b1);
-  else
-    mma_bf16(c, a0, a1, a2, a3, b0, b1);
-}
-
-// The same product with fp16 operands (int8 weights with x staged in shared memory, below).
-__device__ __forceinline__ void mma_f16_z(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-}
-__device__ __forceinline__ void mma_f16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <bool First>
-__device__ __forceinline__ void mma_f16_acc(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                            uint32_t b1) {
-  if constexpr (First)
-    mma_f16_z(c, a0, a1, a2, a3, b0, b1);
-  else
-    mma_f16(c, a0, a1, a2, a3, b0, b1);
-}
-
-// int8 with x in shared memory (session 13): bytes b_i and b_j of w as the fp16 pair (1024 + b_i,
-// 1024 + b_j), exact (fp16 has 10 mantissa bits), in one PRMT against the exponent byte 0x64. bf16
-// (7 bits) cannot hold a byte, which is why the bf16 path splits every byte into two nibbles and
-// runs two MMAs per word pair; ncu (session 13) showed that int8 stream issue-bound (IPC 1.9,
-// 133 instructions per KB of weights) at 60% of the DRAM peak where bf16's waits on memory.
-template <uint32_t kSelect>
-__device__ __forceinline__ uint32_t byte_pair_f16(uint32_t w) {
-  return __byte_perm(w, 0x64646464u, kSelect);
-}
-// x is staged for it as fp16(x / 16): a bf16 value of magnitude 2^-13 (1.2e-4) up to 2^20 (1.05e6)
-// is exact there (bf16's 8 significant bits fit fp16's 11); smaller ones round to fp16's subnormal
-// step (at most 4.8e-7 off, in x's units: about bf16's own rounding at 1.2e-4); from 2^20 on the
-// conversion gives inf and the row's outputs NaN. With the folded RMSNorm, x is the residual times
-// the norm weight, not normalized: Llama-family residuals stay below ~1e4, two decades inside.
-// (`KILN_QGEMV_INT8_F16=0` runs the bf16 nibble path, which has no such bound.)
-constexpr float kF16XScale = 0.0625f;
-
-// ((w >> kShift) & 0x000F000F) | kBase in one LOP3 (+ one SHF): written as C, the compiler emits two
-// LOP3s (one immediate per LOP3), 11 instructions per word instead of 7 (SASS of the first v3 build).
-template <int kShift, uint32_t kBase>
-__device__ __forceinline__ uint32_t pair(uint32_t w) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w >> kShift), "n"(0x000F000Fu), "n"(kBase));
-  return r;
-}
-
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ float2 lds64f(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-
-template <QuantFormat F>
-struct V3Format;
-template <>
-struct V3Format<QuantFormat::int4> {
-  static constexpr int KS = 128;  // k per super-chunk
-  static constexpr int XL = 4;    // 16-byte activation pieces per super-chunk and lane
-  static constexpr int NG = 4;    // groups of 32 per super-chunk
-};
-template <>
-struct V3Format<QuantFormat::int8> {
-  static constexpr int KS = 64;
-  static constexpr int XL = 2;
-  static constexpr int NG = 2;
-};
-
-// Where a super-chunk's scales come from (one float2 {scale, min'} per row and lane):
-//   kG32:   groups of 32: lane t holds group t % NG of the super-chunk, the quad's other lanes get it
-//           by shuffles at the fold (4 registers per ring slot instead of 4 NG);
-//   kShift: group = KS << shift: group index sc >> shift;
-//   kRow:   one group per row (group = K): loaded once when a block runs one tile, else with each
-//           super-chunk as kShift.
-enum ScaleMode { kG32 = 0, kShift = 1, kRow = 2 };
-
-// k per fold unit (and per x sum): a group of 32, else a super-chunk (the kernel's UNIT, and the
-// host's shared-memory sizes).
-constexpr int v3_fold_unit(QuantFormat f, int scale_mode) {
-  return scale_mode == kG32 ? 32 : f == QuantFormat::int4 ? V3Format<QuantFormat::int4>::KS
-                                                          : V3Format<QuantFormat::int8>::KS;
-}
-
-// Lane (g, t)'s float2 from lane (g, u) of its quad.
-__device__ __forceinline__ float2 quad_shfl(float2 v, int u) {
-  const int src = (threadIdx.x & 28) | u;
-  return make_float2(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src));
-}
-
-// acc += scale * (q0 + q1) + min' * xsum per accumulator element (rows g / g + 8: s_lo / s_hi;
-// activation rows 2t, 2t + 1 of the n-tile: xs.x / xs.y).
-__device__ __forceinline__ void fold4(float (&acc)[4], const float (&q0)[4], const float (&q1)[4], float2 s_lo,
-                                      float2 s_hi, float2 xs) {
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 sc = e < 2 ? s_lo : s_hi;
-    acc[e] = fmaf(sc.x, q0[e] + q1[e], fmaf(sc.y, (e & 1) ? xs.y : xs.x, acc[e]));
-  }
-}
-
-// Shared memory of a block (dynamic): sum(x) per (fold unit, activation row 0 .. 8 NT - 1), then
-// (XS) the activation rows < M, each 2K + 64 bytes (the 64-byte pad puts rows g and g + 1 on
-// different banks for the quads' 16-byte loads).
-__host__ __device__ constexpr int64_t v3_row_stride(int64_t K) { return 2 * K + 64; }
 
 constexpr int kV3MaxWarps = 8;
 
@@ -358,11 +226,18 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     }
     float q[2][NT][4], xs[2][NT][4];  // two MMA chains of sum((off + q) x), (XS = 0) two of sum(x)
     auto fold = [&](int u) {  // fold unit u of the super-chunk
-      const float2 fl = G32 ? quad_shfl(sl, u) : sl, fh = G32 ? quad_shfl(sh, u) : sh;
+      float2 fl = G32 ? quad_shfl(sl, u) : sl, fh = G32 ? quad_shfl(sh, u) : sh;
+      if constexpr (F16) {  // min' expects the nibble path's offset 2176 + byte; F16's is 1024 + byte
+        fl.y = fmaf(1152.0f, fl.x, fl.y);
+        fh.y = fmaf(1152.0f, fh.x, fh.y);
+      }
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
         if constexpr (XS) {
-          fold4(acc[n], q[0][n], q[1][n], fl, fh, xsv[n][G32 ? u : 0]);
+          float qs[4];  // the unit's sum((off + q) x): F16 has one MMA chain, the nibble paths two
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qs[e] = F16 ? q[0][n][e] : q[0][n][e] + q[1][n][e];
+          fold4(acc[n], qs, fl, fh, xsv[n][G32 ? u : 0]);
         } else {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -404,22 +279,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
       }
       if (!G32) fold(0);
     } else if constexpr (F16) {
-      // q = sum((1024 + byte) x / 16): one MMA per word pair. The fold takes min' + 1152 scale for
-      // min': the bf16 path's nibble offsets sum to 2176 + byte, so its min' expects that offset.
-      auto fold16 = [&](int u) {
-        float2 fl = G32 ? quad_shfl(sl, u) : sl, fh = G32 ? quad_shfl(sh, u) : sh;
-        fl.y = fmaf(1152.0f, fl.x, fl.y);
-        fh.y = fmaf(1152.0f, fh.x, fh.y);
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const float2 xv = xsv[n][G32 ? u : 0];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 sc2 = e < 2 ? fl : fh;
-            acc[n][e] = fmaf(sc2.x, q[0][n][e], fmaf(sc2.y, (e & 1) ? xv.y : xv.x, acc[n][e]));
-          }
-        }
-      };
+      // q = sum((1024 + byte) x / 16): one fp16 MMA per word pair (the fold shifts min', above).
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // word pairs (2h, 2h + 1): 32-wide group h
 #pragma unroll
@@ -434,14 +294,14 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
           for (int n = 0; n < NT; ++n) {
             const uint32_t b0 = jj == 0 ? b[n][h].x : b[n][h].z, b1 = jj == 0 ? b[n][h].y : b[n][h].w;
             if (first)
-              mma_f16_acc<true>(q[0][n], p02, p02h, p13, p13h, b0, b1);
+              mma_acc<true, true>(q[0][n], p02, p02h, p13, p13h, b0, b1);
             else
-              mma_f16_acc<false>(q[0][n], p02, p02h, p13, p13h, b0, b1);
+              mma_acc<false, true>(q[0][n], p02, p02h, p13, p13h, b0, b1);
           }
         }
-        if (G32) fold16(h);
+        if (G32) fold(h);
       }
-      if (!G32) fold16(0);
+      if (!G32) fold(0);
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // word pairs (2h, 2h + 1): 32-wide group h
