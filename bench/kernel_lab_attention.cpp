@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -167,18 +168,28 @@ struct ShuffledPagedKv {
 };
 
 // Paged decode at the continuous-batching engine's shape: many sequences, short contexts (2048 x
-// 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). Tunings compared
-// as for the contiguous shapes (the engine's 3 stages, 2 stages with 3 blocks per SM, 4 stages, the
-// split kernel without PDL). `kernel_lab --attention-batch` runs only this.
+// 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). "kiln" is the
+// streaming kernel (session 14, attention_decode_stream.cu; "stream-s2" with 2 stages and three
+// blocks a SM); "split" the split kernel it replaced,
+// and that kernel's tunings (2 stages with 3 blocks per SM, 4 stages, no PDL). "L=128..256": the
+// lengths rising with the sequence index, as the engine's admission order leaves them.
+// `kernel_lab --attention-batch` runs only this.
 void bench_decode_batched(double copy_gbs) {
   const int heads = 32, kv_heads = 8, d = 128;
   const int64_t kv_dim = kv_heads * d;
-  for (auto [batch, len] : {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {512, 192}}) {
+  for (auto [batch, len] :
+       {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {512, 192}, {2048, -256}}) {
+    const bool ramp = len < 0;  // lengths 128..256 over the batch
+    len = std::abs(len);
     const ShuffledPagedKv pool(batch, len, kv_dim, d, 9, 11);
     const KvLayout& paged = pool.layout;
     DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size()), out_ref(q.size());
     fill_random_bf16(q.data(), int64_t(q.size()), 9, 2, 0, 1.0f, nullptr);
     std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
+    if (ramp)
+      for (int64_t i = 0; i < batch; ++i) lens[size_t(i)] = int32_t(len / 2 + i * (len / 2) / batch + 1);
+    int64_t positions = 0;
+    for (int32_t l : lens) positions += l;
     DeviceBuffer<int32_t> dlen(lens);
     const int64_t cap = 4096;  // the engine plans the split count from its capacity, not the length
     DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, cap)));
@@ -186,11 +197,15 @@ void bench_decode_batched(double copy_gbs) {
     attention_decode(q.data(), paged, dlen.data(), cap, out_ref.data(), wsv, batch, heads, kv_heads, d, nullptr);
     cuda_synchronize();
     const std::vector<float> ref = to_float(out_ref);
-    const double bytes = 2.0 * batch * len * kv_dim * 2, flops = 4.0 * batch * len * heads * d;
+    const double bytes = 2.0 * positions * kv_dim * 2, flops = 4.0 * positions * heads * d;
     char shape[64];
-    std::snprintf(shape, sizeof shape, "paged decode b=%lld L=%lld", (long long)batch, (long long)len);
-    for (const DecodeVariant& var : {DecodeVariant{"kiln", {}}, DecodeVariant{"s2", {2, 0, -1, -1}},
-                                     DecodeVariant{"s4", {4, 0, -1, -1}}, DecodeVariant{"s3nopdl", {3, 0, -1, -1, 0}}}) {
+    std::snprintf(shape, sizeof shape, "paged decode b=%lld L=%s%lld", (long long)batch, ramp ? "129.." : "",
+                  (long long)len);
+    for (const DecodeVariant& var : {DecodeVariant{"kiln", {}}, DecodeVariant{"stream-s2", {2, 0, -1, -1, -1, 1}},
+                                     DecodeVariant{"split", {0, 0, -1, -1, -1, 0}},
+                                     DecodeVariant{"s2", {2, 0, -1, -1, -1, 0}},
+                                     DecodeVariant{"s4", {4, 0, -1, -1, -1, 0}},
+                                     DecodeVariant{"s3nopdl", {3, 0, -1, -1, 0, 0}}}) {
       out.poison();
       attention_decode_tuned(var.tune, q.data(), paged, dlen.data(), cap, out.data(), wsv, batch, heads, kv_heads, d,
                              nullptr);

@@ -1,4 +1,5 @@
 // Prefill and decode attention against cpu::attention on the same bf16-rounded q, k, v.
+#include <cstring>
 #include <string>
 
 #include "backend/cpu/ops.h"
@@ -149,6 +150,19 @@ struct DecodeCase {
     dlen = DeviceBuffer<int32_t>(lens);
   }
 
+  // The outputs of a launch with this tuning (not checked).
+  std::vector<float> outputs(cuda::DecodeTuning tune) {
+    const int64_t kv_dim = int64_t(cs.kv_heads) * cs.d;
+    DeviceBuffer<float> ws(size_t(cuda::decode_workspace_floats(batch, cs.heads, cs.d, capacity)));
+    DeviceBuffer<bf16> out(ref.size());
+    out.poison();
+    cuda::KvLayout kv{dk.data(), dv.data(), capacity * kv_dim, kv_dim, cs.d};
+    cuda::attention_decode_tuned(tune, dq.data(), kv, dlen.data(), capacity, out.data(),
+                                 cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, capacity), batch, cs.heads,
+                                 cs.kv_heads, cs.d, nullptr);
+    return from_device_bf16(out);
+  }
+
   void run(cuda::DecodeTuning tune = {}) {
     SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d << " capacity "
                                     << capacity << " tuning " << tune.stages << "/" << tune.split_waves << "/"
@@ -197,6 +211,30 @@ TEST(GpuAttention, DecodeManySequencesOneSplitEach) {
   KILN_REQUIRE_GPU();
   check_decode(Case{32, 8, 128}, cycled_lengths(96), 320);
   check_decode(Case{8, 2, 64}, cycled_lengths(400), 320);
+}
+
+// The streaming kernel (attention_decode_stream.cu, the default at one split block per pair for
+// groups of up to 8 query heads) against the split kernel it replaces: the same tiles and merge, so
+// the same bits, for every head shape it serves; the reference check runs through run() for both.
+TEST(GpuAttention, DecodeStreamEqualsTheSplitKernelBitwise) {
+  KILN_REQUIRE_GPU();
+  for (Case cs : kCases)
+    for (int n : {96, 400, 1500}) {
+      SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d << " n " << n);
+      DecodeCase c(cs, cycled_lengths(n), 320);
+      cuda::DecodeTuning split;
+      split.stream = 0;
+      const std::vector<float> a = c.outputs(split);
+      for (int stages : {2, 3}) {
+        cuda::DecodeTuning stream;
+        stream.stream = 1;
+        stream.stages = stages;
+        const std::vector<float> b = c.outputs(stream);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "stages " << stages;
+        c.run(stream);
+      }
+    }
 }
 
 // Every tuning the kernel lab compares (stages 2/3/4, 1-4 waves of splits, combine with and without

@@ -31,6 +31,10 @@
 // shuffled order, 32/8 heads, d 128): paged vs contiguous +4% at b=1 L=32k and b=64 L=2k, +9% at
 // b=16 L=8k and b=256 L=512 (per-row lookups without the prefetch: +13..35%).
 //
+// At one split block per (sequence, head group) -- P = 1 -- the host runs the streaming kernel
+// instead (attention_decode_stream.cu, session 14: the same tiles and merge as a persistent stream
+// over the pairs, bit-identical outputs) when the group has at most 8 query heads.
+//
 // Fallback (attention_decode_fp32.cu: the previous CUDA-core kernel, fixed 256-position splits over
 // the capacity) when pointers or strides are not 16-byte aligned.
 #include <cuda_runtime.h>
@@ -43,6 +47,7 @@
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode_combine.h"
+#include "kernels/cuda/attention_decode_stream.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/epilogue.cuh"
@@ -356,12 +361,18 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   // lengths near the capacity; at shorter lengths the blocks past the last 64-position tile exit.
   const int waves = tune.split_waves > 0 ? tune.split_waves : kDecodeDefaults.split_waves;
   const int P = decode_split_count(resident_blocks, waves, batch * n_kv_heads * head_groups, ws_splits);
+  // One split block per pair: the streaming kernel instead, its blocks persistent over the pairs
+  // (attention_decode_stream.cu; KILN_ATTN_DECODE_STREAM=0 or tune.stream = 0 keeps this one).
+  static const bool stream_env = env_switch_on("KILN_ATTN_DECODE_STREAM");
+  static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");
+  const bool split_pdl = pdl_ok && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
+  if (P == 1 && (tune.stream < 0 ? stream_env : tune.stream != 0) && decode_stream_applies(n_heads, n_kv_heads, head_dim))
+    return attention_decode_stream(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, kStages == 2 ? 2 : 3,
+                                   split_pdl, stream);
   dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
   // The split kernel itself with PDL (its older K/V tiles start loading while the kernel that wrote
   // q finishes); KILN_ATTN_SPLIT_PDL=0 or tune.split_pdl = 0 launches it normally.
-  static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");
-  const bool split_pdl = pdl_ok && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   launch_maybe_pdl(split_pdl, kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len,
                    ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);

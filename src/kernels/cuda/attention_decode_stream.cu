@@ -1,0 +1,282 @@
+// Decode attention at many sequences as one continuous K/V stream per block (session 14).
+//
+// Why: with one split block per (sequence, KV head) -- P = 1, what decode_mma_kernel runs for
+// batches of >= ~33 sequences -- a block's life at the continuous-batching shape (2048 sequences of
+// 128..256 positions: 2..4 tiles of 64) is mostly its pipeline's fill and drain: it requests two
+// tiles, waits a DRAM round trip with nothing else in flight, computes, merges its 4 warps and
+// exits, and the next block starts from an empty pipeline. The kernel lab measured 2506 / 3237 /
+// 3638 GB/s of K/V at 128 / 192 / 256 positions (59-86% of copy; session 7), the engine's 2048-row
+// decode step 20 ms of 63 in the attention (session 11).
+//
+// Here a persistent grid (the blocks that fit, two per SM at d 128) walks the (sequence, KV head)
+// pairs with a stride of the grid size (so every block sees every part of the batch: sequences
+// admitted together have similar lengths, and contiguous ranges would hand some blocks far more
+// tiles than others), and the cp.async pipeline runs over the concatenation of its pairs' tiles:
+// the loads of the next pair's first tiles (and its q, in a q slot beside each K/V stage) are in
+// flight while the current pair's last tile is computed and its 4 warps are merged and written.
+// The per-tile arithmetic is decode_mma_kernel's (attend_tile; the same merge), so a sequence's
+// output is bit-identical to that kernel's at P = 1.
+//
+// Limits: groups of at most 8 query heads per KV head (q slots of 8 rows; every Llama / Mistral /
+// Qwen2 shape kiln runs); the host falls back to decode_mma_kernel otherwise. No PDL prologue: the
+// kernel waits for its predecessor before its first load (at this batch the first tiles are a
+// negligible share of the stream).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/env.h"
+#include "kernels/cuda/attention_decode_stream.h"
+#include "kernels/cuda/attention_mma.h"
+#include "kernels/cuda/pdl.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreads = 128, kQRows = 8;
+
+// Shared memory: S stages x (K tile, V tile, q slot of 8 rows), then the merge area of `group` rows:
+// (max, sum) per warp and row, and each warp's (group, D) fp32 partial output.
+template <int D>
+constexpr int kStageElems = 2 * attn::kTileKv * D + kQRows * D;
+template <int D, int S>
+size_t stream_smem_bytes(int group) {
+  return size_t(S * kStageElems<D>) * sizeof(bf16) + size_t(4 * group * (2 + D)) * sizeof(float);
+}
+
+// Q fragments from a q slot of 8 rows: rows 8..15 of the mma tile repeat rows 0..7 (their results
+// are never read), so no ldmatrix reads past the slot.
+template <int D>
+__device__ __forceinline__ void load_q_frags8(uint32_t (&qf)[D / 16][4], const bf16* qs) {
+  const int lane = threadIdx.x % 32, r = lane & 7;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) attn::ldmatrix_x4(qf[kk], qs + attn::swz<D>(r, kk * 2 + (lane >> 4)));
+}
+
+// Where a block is in its stream: pair (b, kvh) -- the block's pairs are blockIdx.x, + gridDim.x,
+// ... in (sequence, KV head) order -- at tile `tile` of its n_tiles; b >= batch once done. The next
+// pair's length is loaded one pair ahead (next_len), so stepping to a pair never waits on a load,
+// and (b, kvh) advance by the stride's quotient and remainder instead of a 64-bit division a tile.
+struct StreamCursor {
+  int b, kvh, tile, n_tiles, len, next_len;
+};
+
+struct StreamWalk {
+  const int32_t* kv_len;
+  int batch, n_kv_heads, step_b, step_h;  // the grid stride as (sequences, KV heads)
+
+  __device__ __forceinline__ void step(int& b, int& kvh) const {
+    kvh += step_h;
+    b += step_b;
+    if (kvh >= n_kv_heads) kvh -= n_kv_heads, ++b;
+  }
+  __device__ __forceinline__ int len_of(int b) const { return b < batch ? kv_len[b] : 0; }
+  __device__ __forceinline__ StreamCursor start(int64_t j) const {
+    StreamCursor c;
+    c.b = int(j / n_kv_heads);
+    c.kvh = int(j % n_kv_heads);
+    c.tile = 0;
+    c.len = len_of(c.b);
+    c.n_tiles = (c.len + attn::kTileKv - 1) / attn::kTileKv;
+    int b2 = c.b, h2 = c.kvh;
+    step(b2, h2);
+    c.next_len = len_of(b2);
+    settle(c);
+    return c;
+  }
+  // On to the next pair with a tile left (pairs of length 0 have none).
+  __device__ __forceinline__ void settle(StreamCursor& c) const {
+    while (c.b < batch && c.tile >= c.n_tiles) {
+      step(c.b, c.kvh);
+      c.tile = 0;
+      c.len = c.next_len;
+      c.n_tiles = (c.len + attn::kTileKv - 1) / attn::kTileKv;
+      int b2 = c.b, h2 = c.kvh;
+      step(b2, h2);
+      c.next_len = len_of(b2);  // in flight until the cursor leaves this pair
+    }
+  }
+};
+
+// S stages (3: two blocks a SM at d 128; 2: three, held to 168 registers).
+template <int D, bool kPaged, int kStages>
+__global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
+    decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
+                         bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
+                         float scale_log2) {
+  using namespace attn;
+  extern __shared__ uint4 smem_raw[];
+  bf16* const stages = reinterpret_cast<bf16*>(smem_raw);
+  float* const ms = reinterpret_cast<float*>(stages + kStages * kStageElems<D>);  // (4, group)
+  float* const ls = ms + 4 * group;                                                        // (4, group)
+  float* const os = ls + 4 * group;                                                        // (4, group, D)
+  auto k_stage = [&](int st) { return stages + st * kStageElems<D>; };
+  auto v_stage = [&](int st) { return k_stage(st) + kTileKv * D; };
+  auto q_slot = [&](int st) { return k_stage(st) + 2 * kTileKv * D; };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
+
+  // q and this step's K/V rows were written by the kernels before this one.
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const StreamWalk walk{kv_len, batch, n_kv_heads, int(gridDim.x / n_kv_heads), int(gridDim.x % n_kv_heads)};
+  StreamCursor rq = walk.start(blockIdx.x);  // the next tile to request
+  StreamCursor cc = rq;                      // the next tile to compute
+
+  [[maybe_unused]] PagedTileLoader<D, kTileKv, kThreads> paged;  // kPaged: the block ids of rq's tile
+  auto fetch_ids = [&] {
+    if constexpr (kPaged) {
+      if (rq.b < batch)
+        paged.fetch(kv.block_table + int64_t(rq.b) * kv.bt_stride, kv.block_shift, rq.tile * kTileKv,
+                    min(kTileKv, rq.len - rq.tile * kTileKv));
+    }
+  };
+  // Requests rq's tile into stage st (and the pair's q with its first tile) as one cp.async group
+  // (an empty one past the end, so the group count per iteration stays fixed), then moves rq on and
+  // fetches the next tile's block ids, which land while this tile is computed.
+  auto request = [&](int st) {
+    if (rq.b < batch) {
+      const int b = rq.b, kvh = rq.kvh;
+      const int k0 = rq.tile * kTileKv, n = min(kTileKv, rq.len - k0);
+      if constexpr (kPaged) {
+        paged.load(k_stage(st), v_stage(st), kv, kvh, k0, n, d);
+      } else {
+        load_tile_async<D, kTileKv, kThreads>(
+            k_stage(st), n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k);
+        load_tile_async<D, kTileKv, kThreads>(
+            v_stage(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v);
+      }
+      if (rq.tile == 0) {
+        const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
+        load_tile_async<D, kQRows, kThreads>(q_slot(st), group, d, [&](int r) { return qb + r * d; }, q);
+      }
+      ++rq.tile;
+      walk.settle(rq);
+      fetch_ids();
+    }
+    cp_async_commit();
+  };
+
+  fetch_ids();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) request(st);
+
+  uint32_t qf[D / 16][4];
+  float m[2], l[2], o[D / 8][4];
+  for (int item = 0; cc.b < batch; ++item) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // item's tile (and q) landed for every thread; the stage of item - 1 is free
+    request((item + kStages - 1) % kStages);
+    const int st = item % kStages, key0 = warp * 16;
+    if (cc.tile == 0) {  // a new pair: its q, fresh softmax state
+      load_q_frags8<D>(qf, q_slot(st));
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    }
+    const int visible_n = min(kTileKv, cc.len - cc.tile * kTileKv);
+    if (visible_n >= kTileKv) {
+      attend_tile<D, 16, false>(qf, k_stage(st), v_stage(st), key0, m, l, o, scale_log2, [](int, int) { return true; });
+    } else if (key0 < visible_n) {
+      attend_tile<D, 16, true>(qf, k_stage(st), v_stage(st), key0, m, l, o, scale_log2,
+                               [&](int, int key) { return key < visible_n; });
+    }
+    if (cc.tile == cc.n_tiles - 1) {  // the pair's last tile: merge the 4 warps, write its heads
+      const int t = lane & 3;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float lsum = quad_sum(l[i]);
+        const int r = g + 8 * i;
+        if (r < group) {
+          if (t == 0) {
+            ms[warp * group + r] = m[i] == -INFINITY ? -INFINITY : m[i] * scale_log2;
+            ls[warp * group + r] = lsum;
+          }
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n)
+            *reinterpret_cast<float2*>(os + (warp * group + r) * D + n * 8 + 2 * t) =
+                make_float2(o[n][2 * i], o[n][2 * i + 1]);
+        }
+      }
+      __syncthreads();
+      const int b = cc.b, kvh = cc.kvh;
+      for (int i = threadIdx.x; i < group * d; i += kThreads) {
+        const int r = i / d, c = i % d;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, ms[w * group + r]);
+        float num = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const float e = exp2f(ms[w * group + r] - mx);  // a warp that saw no key: 0
+          num += e * os[(w * group + r) * D + c];
+          den += e * ls[w * group + r];
+        }
+        out[(int64_t(b) * n_heads + int64_t(kvh) * group + r) * d + c] = __float2bfloat16(num / den);
+      }
+      // The next write of the merge area comes after at least one more top-of-loop barrier.
+    }
+    ++cc.tile;
+    walk.settle(cc);
+  }
+  cp_async_wait<0>();
+}
+
+template <int D, bool kPaged, int S>
+void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
+                   int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
+  constexpr auto kernel = decode_stream_kernel<D, kPaged, S>;
+  const int group = n_heads / n_kv_heads;
+  const size_t smem = stream_smem_bytes<D, S>(group);
+  // Attribute and occupancy per group size (the shared memory depends on it): group 1..8.
+  static std::once_flag configured;
+  static int sms = 0;
+  static int per_sm[kQRows + 1] = {};
+  std::call_once(configured, [] {
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(stream_smem_bytes<D, S>(kQRows))));
+    int dev = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&dev));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    for (int gr = 1; gr <= kQRows; ++gr)
+      KILN_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[gr], kernel, kThreads, stream_smem_bytes<D, S>(gr)));
+  });
+  const int64_t pairs = batch * n_kv_heads;
+  const int64_t blocks = std::min<int64_t>(pairs, int64_t(sms) * std::max(1, per_sm[group]));
+  const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
+  launch_maybe_pdl(pdl, kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, q, kv, kv_len, out, n_heads,
+                   n_kv_heads, group, head_dim, int(batch), scale_log2);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool decode_stream_applies(int n_heads, int n_kv_heads, int head_dim) {
+  const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
+  return group >= 1 && group <= kQRows && head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim;
+}
+
+void attention_decode_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
+                             int n_heads, int n_kv_heads, int head_dim, int stages, bool pdl, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(decode_stream_applies(n_heads, n_kv_heads, head_dim),
+                    "attention: the streaming decode kernel needs at most 8 query heads per KV head");
+  if (batch == 0) return;
+  auto go = [&](auto d_tag, auto paged_tag) {
+    constexpr int D = decltype(d_tag)::value;
+    constexpr bool P = decltype(paged_tag)::value;
+    if (stages == 2) return launch_stream<D, P, 2>(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, pdl, stream);
+    launch_stream<D, P, 3>(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, pdl, stream);
+  };
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (head_dim <= 64) return kv.paged() ? go(D64{}, std::true_type{}) : go(D64{}, std::false_type{});
+  kv.paged() ? go(D128{}, std::true_type{}) : go(D128{}, std::false_type{});
+}
+
+}  // namespace kiln::cuda
