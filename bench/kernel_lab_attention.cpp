@@ -178,7 +178,8 @@ void bench_decode_batched(double copy_gbs) {
   const int heads = 32, kv_heads = 8, d = 128;
   const int64_t kv_dim = kv_heads * d;
   for (auto [batch, len] :
-       {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {512, 192}, {2048, -256}}) {
+       {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {512, 192}, {2048, -256}, {64, 128},
+        {64, 512}, {96, 512}, {128, 512}, {256, 512}, {64, 2048}}) {
     const bool ramp = len < 0;  // lengths 128..256 over the batch
     len = std::abs(len);
     const ShuffledPagedKv pool(batch, len, kv_dim, d, 9, 11);

@@ -20,7 +20,7 @@ echo "== GPU tests ($BUILD/tests/kiln_gpu_tests)"
 if [ -x "$BUILD/tests/kiln_gpu_tests" ]; then
   # The HF-fixture test reads tests/data from this checkout, wherever the build was made.
   KILN_TEST_DATA_DIR="${KILN_TEST_DATA_DIR:-$PWD/tests/data}" \
-    timeout "${KILN_GPU_TEST_TIMEOUT:-150}" "$BUILD/tests/kiln_gpu_tests" >"$OUT/gpu_tests.log" 2>&1
+    timeout "${KILN_GPU_TEST_TIMEOUT:-300}" "$BUILD/tests/kiln_gpu_tests" >"$OUT/gpu_tests.log" 2>&1
   tests_rc=$?
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|error" "$OUT/gpu_tests.log" | head -60
   [ $tests_rc -ne 0 ] && status=1

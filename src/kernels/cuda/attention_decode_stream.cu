@@ -119,10 +119,6 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
   auto q_slot = [&](int st) { return k_stage(st) + 2 * kTileKv * D; };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
 
-  // q and this step's K/V rows were written by the kernels before this one.
-  pdl_wait();
-  pdl_launch_dependents();
-
   const StreamWalk walk{kv_len, batch, n_kv_heads, int(gridDim.x / n_kv_heads), int(gridDim.x % n_kv_heads)};
   StreamCursor rq = walk.start(blockIdx.x);  // the next tile to request
   StreamCursor cc = rq;                      // the next tile to compute
@@ -138,7 +134,8 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
   // Requests rq's tile into stage st (and the pair's q with its first tile) as one cp.async group
   // (an empty one past the end, so the group count per iteration stays fixed), then moves rq on and
   // fetches the next tile's block ids, which land while this tile is computed.
-  auto request = [&](int st) {
+  // with_q = false: without the pair's q (the prologue before pdl_wait loads it later).
+  auto request = [&](int st, bool with_q = true) {
     if (rq.b < batch) {
       const int b = rq.b, kvh = rq.kvh;
       const int k0 = rq.tile * kTileKv, n = min(kTileKv, rq.len - k0);
@@ -150,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
         load_tile_async<D, kTileKv, kThreads>(
             v_stage(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v);
       }
-      if (rq.tile == 0) {
+      if (rq.tile == 0 && with_q) {
         const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
         load_tile_async<D, kQRows, kThreads>(q_slot(st), group, d, [&](int r) { return qb + r * d; }, q);
       }
@@ -161,9 +158,30 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
     cp_async_commit();
   };
 
+  // The prologue. q and this step's K/V row (the last position of each sequence) were written by the
+  // kernels before this one, so they load after pdl_wait; older K/V may load before it (pdl.cuh),
+  // overlapping the predecessor's tail as the split kernel's blocks do. When the block's first
+  // kStages - 1 tiles are older tiles of its first pair, they go before the wait and that pair's q
+  // after it, and the prologue waits for all of them; otherwise everything goes after the wait.
   fetch_ids();
+  const bool early = rq.b < batch && rq.n_tiles > kStages - 1;
+  const int b0 = rq.b, kvh0 = rq.kvh;
+  if (early) {
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) request(st);
+    for (int st = 0; st < kStages - 1; ++st) request(st, false);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  if (early) {
+    const bf16* qb = q + (int64_t(b0) * n_heads + int64_t(kvh0) * group) * d;
+    load_tile_async<D, kQRows, kThreads>(q_slot(0), group, d, [&](int r) { return qb + r * d; }, q);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  } else {
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) request(st);
+  }
 
   uint32_t qf[D / 16][4];
   float m[2], l[2], o[D / 8][4];
