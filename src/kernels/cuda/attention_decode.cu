@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
   auto tile_pos = [&](int tile) { return sp.pos0 + tile * sp.step; };
   auto tile_keys = [&](int tile) { return min(kTileKv, sp.end - tile_pos(tile)); };
   auto fresh = [&](int tile) { return tile_pos(tile) + tile_keys(tile) >= len; };  // holds position len - 1
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
+  const int warp = threadIdx.x / 32;
 
   auto k_stage = [&](int st) { return stages + st * 2 * kTileKv * D; };
   auto v_stage = [&](int st) { return stages + st * 2 * kTileKv * D + kTileKv * D; };
@@ -215,36 +215,11 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
   float* const ls = ms + 4 * kMmaRows;                       // (4, 16)
   float* const os = ls + 4 * kMmaRows;                       // (4, 16, D)
   static_assert((8 * kMmaRows + 4 * kMmaRows * D) * sizeof(float) <= kStages * 2 * attn::kTileKv * D * sizeof(bf16));
-  {
-    const int t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float lsum = quad_sum(l[i]);
-      const int r = g + 8 * i;
-      if (t == 0) {
-        ms[warp * kMmaRows + r] = m[i] == -INFINITY ? -INFINITY : m[i] * scale_log2;
-        ls[warp * kMmaRows + r] = lsum;
-      }
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        float2 v = make_float2(o[n][2 * i], o[n][2 * i + 1]);
-        *reinterpret_cast<float2*>(os + (warp * kMmaRows + r) * D + n * 8 + 2 * t) = v;
-      }
-    }
-  }
+  store_warp_state<D>(ms, ls, os, kMmaRows, m, l, o, scale_log2);
   __syncthreads();
   for (int i = threadIdx.x; i < nh * d; i += kMmaThreads) {
     const int r = i / d, c = i % d;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) mx = fmaxf(mx, ms[w * kMmaRows + r]);
-    float num = 0.0f, den = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float e = exp2f(ms[w * kMmaRows + r] - mx);  // a warp that saw no key: 0
-      num += e * os[(w * kMmaRows + r) * D + c];
-      den += e * ls[w * kMmaRows + r];
-    }
+    const auto [mx, num, den] = merge_warps<D>(ms, ls, os, kMmaRows, r, c);
     const int64_t head_row = int64_t(b) * n_heads + h0 + r;
     if (single) {
       out[head_row * d + c] = __float2bfloat16(num / den);

@@ -225,34 +225,11 @@ __global__ void __launch_bounds__(kThreads, kV == 3 ? 3 : 2)
   float* const ls = ms + 4 * kRows;                                                               // (4, 16)
   float* const os = ls + 4 * kRows;                                                               // (4, 16, D)
   static_assert((8 * kRows + 4 * kRows * D) * sizeof(float) <= 4 * size_t(Smem::kWarp));
-  {
-    const int t = lane & 3, g = lane >> 2;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float lsum = quad_sum(l[i]);
-      const int r = g + 8 * i;
-      if (t == 0) {
-        ms[warp * kRows + r] = m[i] == -INFINITY ? -INFINITY : m[i] * scale_log2;
-        ls[warp * kRows + r] = lsum;
-      }
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(os + (warp * kRows + r) * D + n * 8 + 2 * t) = make_float2(o[n][2 * i], o[n][2 * i + 1]);
-    }
-  }
+  store_warp_state<D>(ms, ls, os, kRows, m, l, o, scale_log2);
   __syncthreads();
   for (int i = threadIdx.x; i < nh * d; i += kThreads) {
     const int r = i / d, c = i % d;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) mx = fmaxf(mx, ms[w * kRows + r]);
-    float num = 0.0f, den = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float e = exp2f(ms[w * kRows + r] - mx);
-      num += e * os[(w * kRows + r) * D + c];
-      den += e * ls[w * kRows + r];
-    }
+    const auto [mx, num, den] = merge_warps<D>(ms, ls, os, kRows, r, c);
     const int64_t head_row = int64_t(b) * n_heads + h0 + r;
     if (single) {
       out[head_row * d + c] = __float2bfloat16(num / den);

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
   auto k_stage = [&](int st) { return stages + st * kStageElems<D>; };
   auto v_stage = [&](int st) { return k_stage(st) + kTileKv * D; };
   auto q_slot = [&](int st) { return k_stage(st) + 2 * kTileKv * D; };
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
+  const int warp = threadIdx.x / 32;
 
   const StreamWalk walk{kv_len, batch, n_kv_heads, int(gridDim.x / n_kv_heads), int(gridDim.x % n_kv_heads)};
   StreamCursor rq = walk.start(blockIdx.x);  // the next tile to request
@@ -205,36 +205,13 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
                                [&](int, int key) { return key < visible_n; });
     }
     if (cc.tile == cc.n_tiles - 1) {  // the pair's last tile: merge the 4 warps, write its heads
-      const int t = lane & 3;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float lsum = quad_sum(l[i]);
-        const int r = g + 8 * i;
-        if (r < group) {
-          if (t == 0) {
-            ms[warp * group + r] = m[i] == -INFINITY ? -INFINITY : m[i] * scale_log2;
-            ls[warp * group + r] = lsum;
-          }
-#pragma unroll
-          for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<float2*>(os + (warp * group + r) * D + n * 8 + 2 * t) =
-                make_float2(o[n][2 * i], o[n][2 * i + 1]);
-        }
-      }
+      store_warp_state<D>(ms, ls, os, group, m, l, o, scale_log2);
       __syncthreads();
       const int b = cc.b, kvh = cc.kvh;
       for (int i = threadIdx.x; i < group * d; i += kThreads) {
         const int r = i / d, c = i % d;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, ms[w * group + r]);
-        float num = 0.0f, den = 0.0f;
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float e = exp2f(ms[w * group + r] - mx);  // a warp that saw no key: 0
-          num += e * os[(w * group + r) * D + c];
-          den += e * ls[w * group + r];
-        }
+        const WarpMerge w = merge_warps<D>(ms, ls, os, group, r, c);
+        const float num = w.num, den = w.den;
         out[(int64_t(b) * n_heads + int64_t(kvh) * group + r) * d + c] = __float2bfloat16(num / den);
       }
       // The next write of the merge area comes after at least one more top-of-loop barrier.

@@ -225,6 +225,49 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The decode kernels' merge of their 4 warps (each scored its own keys of every tile, with its own
+// online softmax) through shared memory: ms / ls hold each warp's running max (log2 units, -inf
+// for a warp that saw no key) and sum per query row, `rows` entries a warp, and os each warp's
+// (rows, D) fp32 output. store_warp_state writes this warp's rows below `rows` (call it, then
+// __syncthreads, then merge_warps for each (row, dim)).
+template <int D>
+__device__ __forceinline__ void store_warp_state(float* ms, float* ls, float* os, int rows, const float (&m)[2],
+                                                 const float (&l)[2], const float (&o)[D / 8][4], float scale_log2) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float lsum = quad_sum(l[i]);
+    const int r = g + 8 * i;
+    if (r >= rows) continue;
+    if (t == 0) {
+      ms[warp * rows + r] = m[i] == -INFINITY ? -INFINITY : m[i] * scale_log2;
+      ls[warp * rows + r] = lsum;
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(os + (warp * rows + r) * D + n * 8 + 2 * t) = make_float2(o[n][2 * i], o[n][2 * i + 1]);
+  }
+}
+
+// Row r, dim c of the merged state: the max over the warps, sum of exp-weighted outputs and sums.
+struct WarpMerge {
+  float mx, num, den;
+};
+template <int D>
+__device__ __forceinline__ WarpMerge merge_warps(const float* ms, const float* ls, const float* os, int rows, int r,
+                                                 int c) {
+  WarpMerge w{-INFINITY, 0.0f, 0.0f};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) w.mx = fmaxf(w.mx, ms[k * rows + r]);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float e = exp2f(ms[k * rows + r] - w.mx);  // a warp that saw no key: 0
+    w.num += e * os[(k * rows + r) * D + c];
+    w.den += e * ls[k * rows + r];
+  }
+  return w;
+}
+
 // Whether the fast paths can read these pointers with 16-byte accesses.
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 inline bool kv_fast_ok(const KvLayout& kv) {
