@@ -169,8 +169,7 @@ struct ShuffledPagedKv {
 
 // Paged decode at the continuous-batching engine's shape: many sequences, short contexts (2048 x
 // 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). "kiln" is the
-// streaming kernel (session 14, attention_decode_stream.cu; "stream-s2" with 2 stages and three
-// blocks a SM); "split" the split kernel it replaced,
+// streaming kernel (session 14, attention_decode_stream.cu); "split" the split kernel it replaced,
 // and that kernel's tunings (2 stages with 3 blocks per SM, 4 stages, no PDL). "L=128..256": the
 // lengths rising with the sequence index, as the engine's admission order leaves them.
 // `kernel_lab --attention-batch` runs only this.
@@ -202,8 +201,7 @@ void bench_decode_batched(double copy_gbs) {
     char shape[64];
     std::snprintf(shape, sizeof shape, "paged decode b=%lld L=%s%lld", (long long)batch, ramp ? "129.." : "",
                   (long long)len);
-    for (const DecodeVariant& var : {DecodeVariant{"kiln", {}}, DecodeVariant{"stream-s2", {2, 0, -1, -1, -1, 1}},
-                                     DecodeVariant{"split", {0, 0, -1, -1, -1, 0}},
+    for (const DecodeVariant& var : {DecodeVariant{"kiln", {}}, DecodeVariant{"split", {0, 0, -1, -1, -1, 0}},
                                      DecodeVariant{"s2", {2, 0, -1, -1, -1, 0}},
                                      DecodeVariant{"s4", {4, 0, -1, -1, -1, 0}},
                                      DecodeVariant{"s3nopdl", {3, 0, -1, -1, 0, 0}}}) {

@@ -128,8 +128,8 @@ TEST(GpuPagedAttention, DecodeShuffledBlocksOddLengths) {
   for (Case cs : kCases) check_decode(cs, kDecodeLens, 16);
 }
 
-// Many sequences, one split block each (P = 1: no combine launch), as the batching engine runs
-// its large decode steps.
+// Many sequences, one split block each (P = 1: the streaming kernel where it applies, no combine
+// launch), as the batching engine runs its large decode steps.
 TEST(GpuPagedAttention, DecodeManySequencesOneSplitEach) {
   KILN_REQUIRE_GPU();
   std::vector<int64_t> lens(96);

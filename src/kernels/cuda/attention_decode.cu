@@ -33,7 +33,8 @@
 //
 // At one split block per (sequence, head group) -- P = 1 -- the host runs the streaming kernel
 // instead (attention_decode_stream.cu, session 14: the same tiles and merge as a persistent stream
-// over the pairs, bit-identical outputs) when the group has at most 8 query heads.
+// over the pairs, bit-identical outputs) when the group has at most 8 query heads and two of its
+// blocks fit on a SM.
 //
 // Fallback (attention_decode_fp32.cu: the previous CUDA-core kernel, fixed 256-position splits over
 // the capacity) when pointers or strides are not 16-byte aligned.
@@ -341,9 +342,11 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   static const bool stream_env = env_switch_on("KILN_ATTN_DECODE_STREAM");
   static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");
   const bool split_pdl = pdl_ok && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
-  if (P == 1 && (tune.stream < 0 ? stream_env : tune.stream != 0) && decode_stream_applies(n_heads, n_kv_heads, head_dim))
-    return attention_decode_stream(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, kStages == 2 ? 2 : 3,
-                                   split_pdl, stream);
+  // (Only with the default 3 stages: the other counts are the split kernel's tunings, for the lab.)
+  if (P == 1 && kStages == 3 && (tune.stream < 0 ? stream_env : tune.stream != 0) &&
+      decode_stream_applies(n_heads, n_kv_heads, head_dim) &&
+      decode_stream_blocks_per_sm(n_heads, n_kv_heads, head_dim, kPaged) >= 2)
+    return attention_decode_stream(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, stream);
   dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
   // The split kernel itself with PDL (its older K/V tiles start loading while the kernel that wrote

@@ -18,14 +18,16 @@
 // output is bit-identical to that kernel's at P = 1.
 //
 // Limits: groups of at most 8 query heads per KV head (q slots of 8 rows; every Llama / Mistral /
-// Qwen2 shape kiln runs); the host falls back to decode_mma_kernel otherwise. No PDL prologue: the
-// kernel waits for its predecessor before its first load (at this batch the first tiles are a
-// negligible share of the stream).
+// Qwen2 shape kiln runs), and only where two of its blocks fit on a SM (decode_stream_blocks_per_sm;
+// what was measured): its merge area is beside the stages, 2,080 bytes per query head at head dim
+// 128, so groups of 6-8 fit one block a SM there, where the split kernel fits two (putting the
+// merge in the finished stage's memory would lift that; not done). The host falls
+// back to decode_mma_kernel otherwise. PDL: a block whose first pair holds more tiles than it
+// requests up front loads those older tiles before griddepcontrol.wait and the pair's q after it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -102,9 +104,11 @@ struct StreamWalk {
   }
 };
 
-// S stages (3: two blocks a SM at d 128; 2: three, held to 168 registers).
-template <int D, bool kPaged, int kStages>
-__global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
+// kStages = 3: two blocks a SM at d 128 for groups up to 5. (A 2-stage form, three blocks a SM
+// where they fit, measured slower at 32/8 heads in session 14 -- 403 / 522 / 647 us against 327 /
+// 435 / 547 at 2048 x 128 / 192 / 256 positions -- and was removed.)
+template <int D, bool kPaged, int kStages = 3>
+__global__ void __launch_bounds__(kThreads, 2)
     decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                          bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
                          float scale_log2) {
@@ -222,32 +226,53 @@ __global__ void __launch_bounds__(kThreads, kStages == 2 ? 3 : 2)
   cp_async_wait<0>();
 }
 
-template <int D, bool kPaged, int S>
+// The kernel's attribute and its blocks per SM for each group size 1..8 (the shared memory depends
+// on it), set up once per instantiation.
+constexpr int kStreamStages = 3;
+
+template <int D, bool kPaged, int S = kStreamStages>
+struct StreamOccupancy {
+  int sms = 0;
+  int per_sm[kQRows + 1] = {};
+  static const StreamOccupancy& get() {
+    static const StreamOccupancy o = [] {
+      StreamOccupancy r;
+      constexpr auto kernel = decode_stream_kernel<D, kPaged, S>;
+      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(stream_smem_bytes<D, S>(kQRows))));
+      int dev = 0;
+      KILN_CUDA_CHECK(cudaGetDevice(&dev));
+      KILN_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
+      for (int gr = 1; gr <= kQRows; ++gr)
+        KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm[gr], kernel, kThreads,
+                                                                      stream_smem_bytes<D, S>(gr)));
+      return r;
+    }();
+    return o;
+  }
+};
+
+template <int D, bool kPaged, int S = kStreamStages>
 void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
                    int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
-  constexpr auto kernel = decode_stream_kernel<D, kPaged, S>;
   const int group = n_heads / n_kv_heads;
-  const size_t smem = stream_smem_bytes<D, S>(group);
-  // Attribute and occupancy per group size (the shared memory depends on it): group 1..8.
-  static std::once_flag configured;
-  static int sms = 0;
-  static int per_sm[kQRows + 1] = {};
-  std::call_once(configured, [] {
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(stream_smem_bytes<D, S>(kQRows))));
-    int dev = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    for (int gr = 1; gr <= kQRows; ++gr)
-      KILN_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[gr], kernel, kThreads, stream_smem_bytes<D, S>(gr)));
-  });
+  const StreamOccupancy<D, kPaged, S>& occ = StreamOccupancy<D, kPaged, S>::get();
   const int64_t pairs = batch * n_kv_heads;
-  const int64_t blocks = std::min<int64_t>(pairs, int64_t(sms) * std::max(1, per_sm[group]));
+  const int64_t blocks = std::min<int64_t>(pairs, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
-  launch_maybe_pdl(pdl, kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, q, kv, kv_len, out, n_heads,
-                   n_kv_heads, group, head_dim, int(batch), scale_log2);
+  launch_maybe_pdl(pdl, decode_stream_kernel<D, kPaged, S>, dim3(unsigned(blocks)), dim3(kThreads),
+                   stream_smem_bytes<D, S>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group, head_dim,
+                   int(batch), scale_log2);
   KILN_CUDA_CHECK_LAUNCH();
+}
+
+// Calls f(D tag, paged tag) for the instantiation serving these arguments.
+template <class F>
+decltype(auto) with_stream_kernel(int head_dim, bool paged, F&& f) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (head_dim <= 64) return paged ? f(D64{}, std::true_type{}) : f(D64{}, std::false_type{});
+  return paged ? f(D128{}, std::true_type{}) : f(D128{}, std::false_type{});
 }
 
 }  // namespace
@@ -257,21 +282,22 @@ bool decode_stream_applies(int n_heads, int n_kv_heads, int head_dim) {
   return group >= 1 && group <= kQRows && head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim;
 }
 
+int decode_stream_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim, bool paged) {
+  const int group = n_heads / n_kv_heads;
+  return with_stream_kernel(head_dim, paged, [&](auto d, auto p) {
+    return StreamOccupancy<decltype(d)::value, decltype(p)::value>::get().per_sm[group];
+  });
+}
+
 void attention_decode_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
-                             int n_heads, int n_kv_heads, int head_dim, int stages, bool pdl, cudaStream_t stream) {
+                             int n_heads, int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
   KILN_CUDA_REQUIRE(decode_stream_applies(n_heads, n_kv_heads, head_dim),
                     "attention: the streaming decode kernel needs at most 8 query heads per KV head");
   if (batch == 0) return;
-  auto go = [&](auto d_tag, auto paged_tag) {
-    constexpr int D = decltype(d_tag)::value;
-    constexpr bool P = decltype(paged_tag)::value;
-    if (stages == 2) return launch_stream<D, P, 2>(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, pdl, stream);
-    launch_stream<D, P, 3>(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, pdl, stream);
-  };
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  if (head_dim <= 64) return kv.paged() ? go(D64{}, std::true_type{}) : go(D64{}, std::false_type{});
-  kv.paged() ? go(D128{}, std::true_type{}) : go(D128{}, std::false_type{});
+  with_stream_kernel(head_dim, kv.paged(), [&](auto d, auto p) {
+    launch_stream<decltype(d)::value, decltype(p)::value>(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim,
+                                                          pdl, stream);
+  });
 }
 
 }  // namespace kiln::cuda
