@@ -83,6 +83,25 @@ want int4-awq-gptq-long && quantize int4-awq-gptq-long int4 --calib "$WORK/calib
 # Session 13: GPTQ (act-order, MSE ranges) after the AWQ scales without the clipping search.
 want int4-awq-noclip-gptq && quantize int4-awq-noclip-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --no-clip --gptq && ppl int4-awq-noclip-gptq int4-awq-noclip-gptq --kl-base "$WORK/bf16.klb"
+# Session 14: the same, each group's scale and min then refit to GPTQ's codes (least squares in the
+# output error); refit3: refit, GPTQ again on the refit grids, twice, then a last refit.
+want int4-gptq-refit1 && quantize int4-gptq-refit1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-refit 1 && ppl int4-gptq-refit1 int4-gptq-refit1 --kl-base "$WORK/bf16.klb"
+want int4-gptq-refit3 && quantize int4-gptq-refit3 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-refit 3 && ppl int4-gptq-refit3 int4-gptq-refit3 --kl-base "$WORK/bf16.klb"
+# Session 14: GPTQ in the forward's order (--gptq-sequential), without and with one refit.
+want int4-gptq-seq && quantize int4-gptq-seq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-sequential && ppl int4-gptq-seq int4-gptq-seq --kl-base "$WORK/bf16.klb"
+want int4-gptq-seq-refit1 && quantize int4-gptq-seq-refit1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-sequential --gptq-refit 1 && ppl int4-gptq-seq-refit1 int4-gptq-seq-refit1 --kl-base "$WORK/bf16.klb"
+# Session 14: five rounds (each row keeping its best).
+want int4-gptq-refit5 && quantize int4-gptq-refit5 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-refit 5 && ppl int4-gptq-refit5 int4-gptq-refit5 --kl-base "$WORK/bf16.klb"
+# Session 14: less and more damping of H, with one refit.
+want int4-gptq-refit1-damp001 && quantize int4-gptq-refit1-damp001 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-refit 1 --gptq-damp 0.001 && ppl int4-gptq-refit1-damp001 int4-gptq-refit1-damp001 --kl-base "$WORK/bf16.klb"
+want int4-gptq-refit1-damp1 && quantize int4-gptq-refit1-damp1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-refit 1 --gptq-damp 0.1 && ppl int4-gptq-refit1-damp1 int4-gptq-refit1-damp1 --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
@@ -111,6 +130,13 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-awq-gptq-ao-mse", "INT4 (g128/g64) + AWQ, 14,848 tokens, GPTQ with act-order and MSE ranges"),
           ("int4-awq-noclip-gptq", "INT4 (g128/g64) + AWQ scales without clipping, 14,848 tokens, GPTQ (act-order, MSE ranges)"),
           ("int4-awq-gptq-long", "INT4 (g128/g64) + AWQ and GPTQ (act-order, MSE ranges) on 49,152 tokens of calib_long"),
+          ("int4-gptq-refit1", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ, grids refit to the codes"),
+          ("int4-gptq-refit3", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ and grid refit alternated (3 refits)"),
+          ("int4-gptq-seq", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ in sequence"),
+          ("int4-gptq-seq-refit1", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ in sequence, grids refit"),
+          ("int4-gptq-refit5", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ and grid refit alternated (5 refits, best per row)"),
+          ("int4-gptq-refit1-damp001", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ damped 0.1%, grids refit"),
+          ("int4-gptq-refit1-damp1", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ damped 10%, grids refit"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),

@@ -49,6 +49,9 @@ struct QuantizeOptions {
   // Rows a matrix input for GPTQ's Hessians: every calibration token up to this many (with 4096 of
   // 8192 the codes fit the calibration rows and did not lower the perplexity; docs/QUANTIZATION.md).
   int64_t gptq_samples = 16384;
+  int gptq_refit = 0;  // GptqOptions::refit_rounds
+  bool gptq_sequential = false;  // quant::apply_gptq_sequential
+  double gptq_damp = 0.01;       // GptqOptions::damp
 };
 
 uint32_t kiln_type_of(QuantFormat f) {
@@ -123,6 +126,35 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
                ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0, clip);
   });
   if (!o.gptq) return;
+  quant::GptqOptions gopt;
+  gopt.act_order = o.gptq_act_order;
+  gopt.mse_grid = o.gptq_mse_grid;
+  gopt.refit_rounds = o.gptq_refit;
+  gopt.damp = o.gptq_damp;
+  auto report = [](const quant::GptqReport& r) {
+    fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%)\n", r.layer,
+               r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0);
+  };
+  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (o.gptq_sequential) {
+    // Every window at once through the CPU reference, each site quantized as the forward reaches it.
+    const int64_t windows = std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx);
+    const int64_t rows = windows * o.calib_ctx;
+    const double need = quant::sequential_gptq_bytes(model.config, rows);
+    KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
+               "--gptq-sequential would hold {:.1f} GB of activations for {} calibration rows, more than 70% of this "
+               "machine's {:.1f} GB: lower --gptq-samples", need / 1e9, rows, have / 1e9);
+    t0 = std::chrono::steady_clock::now();
+    fmt::print(stderr,
+               "kiln quantize: GPTQ in sequence ({} rows in one batched forward, each site quantized as it is reached; "
+               "act-order {}, MSE group ranges {}, refit rounds {}):\n",
+               rows, o.gptq_act_order ? "on" : "off", o.gptq_mse_grid ? "on" : "off", o.gptq_refit);
+    quant::apply_gptq_sequential(model.config, model.weights, pool, std::span<const int32_t>(ids).first(size_t(rows)),
+                                 o.calib_ctx, o.group, report, gopt);
+    fmt::print(stderr, "kiln quantize: GPTQ done in {:.1f} s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return;
+  }
   // GPTQ needs the inputs as the scaled (and clipped) matrices see them: a second calibration of
   // the model as it now is. Its Hessians come either from kept rows (rows x cols a site) or summed as
   // the rows pass (cols x cols a site, whatever the row count): the smaller of the two, held for
@@ -138,7 +170,6 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
                       // one site's H, its damped copy, the factors and inverses gptq_inverse_factor holds,
                       // act-order's permuted copy and U: about 7 n^2 doubles at the widest input
                       8.0 * 7.0 * double(c.intermediate_size) * double(c.intermediate_size);
-  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
              "--gptq would hold {:.1f} GB of calibration {} ({} rows x {} layers), more than 70% of this machine's "
              "{:.1f} GB: lower --gptq-samples", need / 1e9, summed ? "Hessians" : "rows and Hessians", rows,
@@ -151,18 +182,9 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
              o.gptq_mse_grid ? "on" : "off");
   cal = summed ? quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, 0, o.gptq_samples)
                : quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
-  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping 1% of mean diag):\n",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  quant::GptqOptions gopt;
-  gopt.act_order = o.gptq_act_order;
-  gopt.mse_grid = o.gptq_mse_grid;
-  quant::apply_gptq(
-      model.weights, cal, pool, o.group,
-      [](const quant::GptqReport& r) {
-        fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%)\n", r.layer,
-                   r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0);
-      },
-      gopt);
+  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping {}% of mean diag, refit rounds {}):\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 100 * o.gptq_damp, o.gptq_refit);
+  quant::apply_gptq(model.weights, cal, pool, o.group, report, gopt);
 }
 
 void quantize(const QuantizeOptions& o) {
@@ -329,6 +351,21 @@ void add_quantize_command(CLI::App& app) {
       ->needs(gptq);
   cmd->add_flag("--gptq-mse-grid,!--no-gptq-mse-grid", o->gptq_mse_grid,
                 "--gptq: each group's range shrunk to the factor with the least GPTQ loss (default on)")
+      ->needs(gptq);
+  cmd->add_option("--gptq-refit", o->gptq_refit,
+                  "--gptq: rounds of refitting every group's scale and min to GPTQ's codes (least squares "
+                  "in the output error), each but the last followed by GPTQ again on the refit grids")
+      ->check(CLI::Range(0, 8))
+      ->needs(gptq)
+      ->capture_default_str();
+  cmd->add_option("--gptq-damp", o->gptq_damp,
+                  "--gptq: H's damping, a share of its mean diagonal (x10 until H + damp I factors)")
+      ->check(CLI::Range(1e-6, 1.0))
+      ->needs(gptq)
+      ->capture_default_str();
+  cmd->add_flag("--gptq-sequential", o->gptq_sequential,
+                "--gptq: quantize in the forward's order, each matrix's Hessian from the inputs the already-quantized "
+                "matrices before it produce (all calibration windows in one batched CPU forward)")
       ->needs(gptq);
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->callback([o] {

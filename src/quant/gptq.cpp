@@ -5,6 +5,8 @@
 
 #include "core/check.h"
 #include "quant/quantize.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ops.h"
 
 namespace kiln::quant {
 namespace {
@@ -69,13 +71,13 @@ std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool) {
   return H;
 }
 
-std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t n) {
+std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t n, double first_damp) {
   // An input that is always zero (diag 0) gets diag 1: any weight works for it.
   auto diag = [&](int64_t i) { return H[size_t(i * n + i)] == 0.0 ? 1.0 : H[size_t(i * n + i)]; };
   double mean_diag = 0.0;
   for (int64_t i = 0; i < n; ++i) mean_diag += diag(i);
   mean_diag /= double(std::max<int64_t>(n, 1));
-  for (double damp = 0.01; damp <= 100.0; damp *= 10.0) {
+  for (double damp = first_damp; damp <= 100.0; damp *= 10.0) {
     std::vector<double> a = H;
     for (int64_t i = 0; i < n; ++i) a[size_t(i * n + i)] = diag(i) + damp * mean_diag;
     if (!cholesky_lower(a, n)) continue;
@@ -132,6 +134,8 @@ QuantizedMatrix gptq_int4(const float* w, int64_t rows, int64_t cols, int64_t gr
              "int4 group size {} must be even and divide the row length {}", group, cols);
   KILN_CHECK(opt.order.empty() || int64_t(opt.order.size()) == cols, internal, "GPTQ: an order of {} columns for {}",
              opt.order.size(), cols);
+  KILN_CHECK(!opt.grids || int64_t(opt.grids->size()) == rows * (cols / group), internal,
+             "GPTQ: {} fixed grids for {} rows of {} groups", opt.grids ? opt.grids->size() : 0, rows, cols / group);
   QuantizedMatrix m = QuantizedMatrix::zeroed(QuantFormat::int4, rows, cols, group);
   const int64_t groups = cols / group;
   const bool permuted = !opt.order.empty();
@@ -149,18 +153,20 @@ QuantizedMatrix gptq_int4(const float* w, int64_t rows, int64_t cols, int64_t gr
     for (int64_t r = lo; r < hi; ++r) {
       std::copy_n(w + r * cols, cols, row.begin());
       auto set_grid = [&](int64_t g) {
-        grids[size_t(g)] = gptq_group_grid(row.data() + g * group, loss_weight.data() + g * group, group, opt.mse_grid);
+        grids[size_t(g)] = opt.grids ? (*opt.grids)[size_t(r * groups + g)] : gptq_group_grid(row.data() + g * group, loss_weight.data() + g * group, group, opt.mse_grid);
         m.scales[size_t(r * groups + g)] = grids[size_t(g)].scale;
         m.mins[size_t(r * groups + g)] = grids[size_t(g)].min;
       };
       // In another order than the natural one a group's columns are reached at scattered times, so
       // its grid is fixed up front from the row as given (GPTQ's static groups); in the natural
-      // order, from the row as updated so far when the group's first column is reached.
-      if (permuted)
+      // order, from the row as updated so far when the group's first column is reached. Grids given
+      // in opt.grids (the refit rounds) are fixed up front in either order.
+      const bool up_front = permuted || opt.grids;
+      if (up_front)
         for (int64_t g = 0; g < groups; ++g) set_grid(g);
       for (int64_t i = 0; i < cols; ++i) {
         const int64_t c = permuted ? opt.order[size_t(i)] : i;
-        if (!permuted && c % group == 0) set_grid(c / group);
+        if (!up_front && c % group == 0) set_grid(c / group);
         const Int4Grid& grid = grids[size_t(c / group)];
         const float q = grid.code(row[size_t(c)]);
         set_int4_code(m, r * cols + c, q);
@@ -193,8 +199,145 @@ std::vector<double> permuted_hessian(const std::vector<double>& H, const std::ve
   return P;
 }
 
+namespace {
+
+// Solves a x = b in place (a: n x n symmetric positive definite, row-major) by Cholesky; false if a
+// is not positive definite.
+bool solve_spd(std::vector<double>& a, std::vector<double>& b, int64_t n) {
+  if (!cholesky_lower(a, n)) return false;
+  for (int64_t i = 0; i < n; ++i) {  // l y = b
+    double s = b[size_t(i)];
+    for (int64_t k = 0; k < i; ++k) s -= a[size_t(i * n + k)] * b[size_t(k)];
+    b[size_t(i)] = s / a[size_t(i * n + i)];
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {  // l^T x = y
+    double s = b[size_t(i)];
+    for (int64_t k = i + 1; k < n; ++k) s -= a[size_t(k * n + i)] * b[size_t(k)];
+    b[size_t(i)] = s / a[size_t(i * n + i)];
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<Int4Grid> int4_grids_of(const QuantizedMatrix& q) {
+  std::vector<Int4Grid> g(q.scales.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = {q.scales[i], q.mins[i]};
+  return g;
+}
+
+int64_t refit_int4_grids(const float* w, QuantizedMatrix& q, const std::vector<double>& H, ThreadPool& pool) {
+  const int64_t n = q.cols, group = q.group_size, G = q.groups(), P = 2 * G;
+  // The unknowns of a row: scale_g at index g, min_g at G + g; the dequantized row is
+  // sum_g scale_g * (codes on g) + min_g * (ones on g). R[k][h] = sum over h's columns j of H[k][j]
+  // (H times group h's indicator) and the min-min block of the normal matrix do not depend on the row.
+  std::vector<double> R(static_cast<size_t>(n * G), 0.0);
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t j = 0; j < n; ++j) R[size_t(k * G + j / group)] += H[size_t(k * n + j)];
+  std::vector<double> mm(static_cast<size_t>(G * G), 0.0);
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t h = 0; h < G; ++h) mm[size_t((k / group) * G + h)] += R[size_t(k * G + h)];
+  std::vector<int64_t> changed(static_cast<size_t>(q.rows), 0);
+  pool.parallel_for(q.rows, [&](int64_t lo, int64_t hi) {
+    std::vector<double> code(static_cast<size_t>(n)), hw(static_cast<size_t>(n)), u(static_cast<size_t>(G * n));
+    std::vector<double> N(static_cast<size_t>(P * P)), b(static_cast<size_t>(P)), theta0(static_cast<size_t>(P));
+    std::vector<double> a, x;
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* wr = w + r * n;
+      for (int64_t c = 0; c < n; c += 2) {
+        const uint8_t byte = q.q[size_t((r * n + c) / 2)];
+        code[size_t(c)] = byte & 0x0f;
+        code[size_t(c + 1)] = byte >> 4;
+      }
+      // hw = H w; u[h] = H (codes on group h).
+      std::fill(u.begin(), u.end(), 0.0);
+      double wHw = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const double* hk = H.data() + k * n;
+        double s = 0;
+        for (int64_t j = 0; j < n; ++j) s += hk[j] * wr[j];
+        hw[size_t(k)] = s;
+        wHw += s * wr[k];
+        for (int64_t h = 0; h < G; ++h) {
+          double t = 0;
+          for (int64_t j = h * group; j < (h + 1) * group; ++j) t += hk[j] * code[size_t(j)];
+          u[size_t(h * n + k)] = t;
+        }
+      }
+      std::fill(N.begin(), N.end(), 0.0);
+      std::fill(b.begin(), b.end(), 0.0);
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t k = g * group; k < (g + 1) * group; ++k) {
+          const double ck = code[size_t(k)];
+          for (int64_t h = 0; h < G; ++h) {
+            N[size_t(g * P + h)] += ck * u[size_t(h * n + k)];
+            N[size_t(g * P + G + h)] += ck * R[size_t(k * G + h)];
+          }
+          b[size_t(g)] += ck * hw[size_t(k)];
+          b[size_t(G + g)] += hw[size_t(k)];
+        }
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t h = 0; h < G; ++h) {
+          N[size_t((G + h) * P + g)] = N[size_t(g * P + G + h)];
+          N[size_t((G + g) * P + G + h)] = mm[size_t(g * G + h)];
+        }
+      for (int64_t g = 0; g < G; ++g) {
+        theta0[size_t(g)] = q.scales[size_t(r * G + g)];
+        theta0[size_t(G + g)] = q.mins[size_t(r * G + g)];
+      }
+      // error(theta) = theta^T N theta - 2 b^T theta + w^T H w
+      auto error = [&](const std::vector<double>& t) {
+        double e = wHw;
+        for (int64_t i = 0; i < P; ++i) {
+          double s = 0;
+          for (int64_t j = 0; j < P; ++j) s += N[size_t(i * P + j)] * t[size_t(j)];
+          e += t[size_t(i)] * (s - 2 * b[size_t(i)]);
+        }
+        return e;
+      };
+      // A small ridge toward the current grids keeps a group whose codes are all equal (its scale
+      // and min then act alike) where it was instead of making the system singular.
+      const double ridge = 1e-7;
+      a = N;
+      x = b;
+      for (int64_t i = 0; i < P; ++i) {
+        const double d = std::max(N[size_t(i * P + i)], 1e-30);
+        a[size_t(i * P + i)] += ridge * d;
+        x[size_t(i)] += ridge * d * theta0[size_t(i)];
+      }
+      if (!solve_spd(a, x, P)) continue;
+      bool finite = true;
+      // A scale must stay positive as stored (fp32): GPTQ's next round codes against the grid
+      // (Int4Grid::code). The comparison is made on the values as stored.
+      for (int64_t g = 0; g < G; ++g) {
+        x[size_t(g)] = double(float(x[size_t(g)]));
+        x[size_t(G + g)] = double(float(x[size_t(G + g)]));
+        finite = finite && x[size_t(g)] > 0 && std::isfinite(x[size_t(g)]) && std::isfinite(x[size_t(G + g)]);
+      }
+      if (!finite || !(error(x) < error(theta0))) continue;
+      for (int64_t g = 0; g < G; ++g) {
+        q.scales[size_t(r * G + g)] = float(x[size_t(g)]);
+        q.mins[size_t(r * G + g)] = float(x[size_t(G + g)]);
+      }
+      changed[size_t(r)] = 1;
+    }
+  });
+  int64_t total = 0;
+  for (int64_t c : changed) total += c;
+  return total;
+}
+
 double hessian_error(const float* w, const QuantizedMatrix& q, const std::vector<double>& H, ThreadPool& pool) {
+  double total = 0.0;
+  for (double e : hessian_row_errors(w, q, H, pool)) total += e;
+  return total;
+}
+
+std::vector<double> hessian_row_errors(const float* w, const QuantizedMatrix& q, const std::vector<double>& H,
+                                       ThreadPool& pool) {
   const int64_t rows = q.rows, cols = q.cols;
+  KILN_CHECK(int64_t(H.size()) == cols * cols, internal, "a {}-column matrix against a Hessian of {} entries", cols,
+             H.size());
   std::vector<double> per_row(static_cast<size_t>(rows));
   pool.parallel_for(rows, [&](int64_t lo, int64_t hi) {
     std::vector<float> dq(static_cast<size_t>(cols));
@@ -213,50 +356,148 @@ double hessian_error(const float* w, const QuantizedMatrix& q, const std::vector
       per_row[size_t(r)] = e;
     }
   });
-  double total = 0.0;
-  for (double e : per_row) total += e;
-  return total;
+  return per_row;
 }
+
+namespace {
+
+// Row r of `from` (codes, scales, mins) into `to`; both int4 of one shape.
+void copy_int4_row(const QuantizedMatrix& from, QuantizedMatrix& to, int64_t r) {
+  const int64_t half = from.cols / 2, groups = from.groups();
+  std::copy_n(from.q.begin() + r * half, half, to.q.begin() + r * half);
+  std::copy_n(from.scales.begin() + r * groups, groups, to.scales.begin() + r * groups);
+  std::copy_n(from.mins.begin() + r * groups, groups, to.mins.begin() + r * groups);
+}
+
+}  // namespace
+
+namespace {
+
+// The matrices that read each LinearSite's input.
+struct SiteMatrices {
+  std::vector<std::pair<const char*, HostMatrix LayerWeights::*>> matrices;
+};
+const SiteMatrices kSites[] = {{{{"q", &LayerWeights::wq}, {"k", &LayerWeights::wk}, {"v", &LayerWeights::wv}}},
+                               {{{"o", &LayerWeights::wo}}},
+                               {{{"gate", &LayerWeights::w_gate}, {"up", &LayerWeights::w_up}}},
+                               {{{"down", &LayerWeights::w_down}}}};
+
+// GPTQ (and the refit rounds) on every matrix of one layer's site, from that site's H.
+void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, const std::vector<double>& H,
+               ThreadPool& pool, int64_t int4_group, const std::function<void(const GptqReport&)>& on_matrix,
+               const GptqOptions& options) {
+  GptqOptions opt = options;
+  opt.grids = nullptr;  // per matrix: set below for the refit rounds only
+  opt.order.clear();
+  if (opt.act_order) opt.order = gptq_act_order(H, cols);
+  const std::vector<float> U =
+      opt.order.empty() ? gptq_inverse_factor(H, cols, opt.damp)
+                        : gptq_inverse_factor(permuted_hessian(H, opt.order), cols, opt.damp);
+  for (const auto& [name, member] : kSites[site].matrices) {
+    HostMatrix& m = layer_w.*member;
+    KILN_CHECK(m.cols == cols, internal, "GPTQ: layer {} {} has {} columns, its inputs {}", layer, name, m.cols, cols);
+    const int64_t group = int4_group_for(m.cols, int4_group);
+    KILN_CHECK(group > 0, unsupported, "int4 needs rows whose length is a multiple of 32, not {}", m.cols);
+    GptqReport rep;
+    rep.layer = layer;
+    rep.matrix = name;
+    rep.error_rtn = hessian_error(m.data.data(), quantize_int4(m.data.data(), m.rows, m.cols, group), H, pool);
+    QuantizedMatrix q = gptq_int4(m.data.data(), m.rows, m.cols, group, U, pool, opt);
+    // Refit rounds; a GPTQ pass on refit grids can land a row above its previous round, so each row
+    // keeps its best round (by its own output error).
+    if (options.refit_rounds > 0) {
+      refit_int4_grids(m.data.data(), q, H, pool);
+      std::vector<double> best = hessian_row_errors(m.data.data(), q, H, pool);
+      for (int round = 2; round <= options.refit_rounds; ++round) {
+        const std::vector<Int4Grid> grids = int4_grids_of(q);
+        GptqOptions again = opt;
+        again.grids = &grids;
+        QuantizedMatrix next = gptq_int4(m.data.data(), m.rows, m.cols, group, U, pool, again);
+        refit_int4_grids(m.data.data(), next, H, pool);
+        const std::vector<double> err = hessian_row_errors(m.data.data(), next, H, pool);
+        for (int64_t r = 0; r < m.rows; ++r)
+          if (err[size_t(r)] < best[size_t(r)]) {
+            best[size_t(r)] = err[size_t(r)];
+            copy_int4_row(next, q, r);
+          }
+      }
+    }
+    rep.error = hessian_error(m.data.data(), q, H, pool);
+    m.quant = std::move(q);
+    dequantize(m.quant, m.data.data());
+    if (on_matrix) on_matrix(rep);
+  }
+}
+
+// H = X^T X over the rows of x, one fp32 product per `chunk` rows summed in fp64 (as calibrate
+// sums a window at a time).
+std::vector<double> hessian_of(const float* x, int64_t rows, int64_t cols, int64_t chunk, ThreadPool& pool) {
+  std::vector<double> H(static_cast<size_t>(cols * cols), 0.0);
+  std::vector<float> xt, h(static_cast<size_t>(cols * cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t k = std::min(chunk, rows - r0);
+    xt.resize(static_cast<size_t>(cols * k));
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t i = 0; i < cols; ++i) xt[size_t(i * k + j)] = x[(r0 + j) * cols + i];
+    cpu::matmul(pool, xt.data(), xt.data(), nullptr, h.data(), cols, cols, k);
+    for (size_t i = 0; i < h.size(); ++i) H[i] += double(h[i]);
+  }
+  return H;
+}
+
+}  // namespace
 
 void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
                 const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options) {
   KILN_CHECK(cal.layers.size() == w.layers.size(), internal, "GPTQ: a calibration of {} layers for a model of {}",
              cal.layers.size(), w.layers.size());
-  struct Site {
-    int index;  // LinearSite: attn_in, attn_out, mlp_in, mlp_act
-    std::vector<std::pair<const char*, HostMatrix LayerWeights::*>> matrices;
-  };
-  const Site sites[] = {{0, {{"q", &LayerWeights::wq}, {"k", &LayerWeights::wk}, {"v", &LayerWeights::wv}}},
-                        {1, {{"o", &LayerWeights::wo}}},
-                        {2, {{"gate", &LayerWeights::w_gate}, {"up", &LayerWeights::w_up}}},
-                        {3, {{"down", &LayerWeights::w_down}}}};
   for (size_t l = 0; l < w.layers.size(); ++l)
-    for (const Site& site : sites) {
-      const SiteStats& stats = cal.layers[l][size_t(site.index)];
+    for (int site = 0; site < 4; ++site) {
+      const SiteStats& stats = cal.layers[l][size_t(site)];
       KILN_CHECK(stats.n_samples > 0 || stats.hessian_rows > 0, invalid_argument,
                  "GPTQ: no calibration rows for layer {}", l);
-      const std::vector<double> H = input_hessian(stats, pool);
-      GptqOptions opt = options;
-      if (opt.act_order) opt.order = gptq_act_order(H, stats.cols);
-      const std::vector<float> U =
-          opt.order.empty() ? gptq_inverse_factor(H, stats.cols) : gptq_inverse_factor(permuted_hessian(H, opt.order), stats.cols);
-      for (const auto& [name, member] : site.matrices) {
-        HostMatrix& m = w.layers[l].*member;
-        KILN_CHECK(m.cols == stats.cols, internal, "GPTQ: layer {} {} has {} columns, its inputs {}", l, name, m.cols,
-                   stats.cols);
-        const int64_t group = int4_group_for(m.cols, int4_group);
-        KILN_CHECK(group > 0, unsupported, "int4 needs rows whose length is a multiple of 32, not {}", m.cols);
-        GptqReport rep;
-        rep.layer = int64_t(l);
-        rep.matrix = name;
-        rep.error_rtn = hessian_error(m.data.data(), quantize_int4(m.data.data(), m.rows, m.cols, group), H, pool);
-        QuantizedMatrix q = gptq_int4(m.data.data(), m.rows, m.cols, group, U, pool, opt);
-        rep.error = hessian_error(m.data.data(), q, H, pool);
-        m.quant = std::move(q);
-        dequantize(m.quant, m.data.data());
-        if (on_matrix) on_matrix(rep);
-      }
+      gptq_site(w.layers[l], int64_t(l), site, stats.cols, input_hessian(stats, pool), pool, int4_group, on_matrix,
+                options);
     }
+}
+
+void apply_gptq_sequential(const ModelConfig& config, ModelWeights& w, ThreadPool& pool,
+                           std::span<const int32_t> tokens, int64_t window, int64_t int4_group,
+                           const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options) {
+  KILN_CHECK(window > 0 && int64_t(tokens.size()) >= window, invalid_argument,
+             "the calibration text has {} tokens; it needs at least one window of {}", tokens.size(), window);
+  const int64_t n_windows = int64_t(tokens.size()) / window;
+  CpuBackend backend(config, std::move(w), pool);
+  // The observer sees each site's input for every window at once and quantizes the site's matrices
+  // before the backend multiplies by them: everything after runs on the quantized model.
+  backend.set_activation_observer([&](int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
+    gptq_site(backend.mutable_weights().layers[size_t(layer)], layer, int(site), cols,
+              hessian_of(x, rows, cols, window, pool), pool, int4_group, on_matrix, options);
+  });
+  std::unique_ptr<KvPool> kv = backend.new_kv_pool(int32_t(n_windows), int32_t(window));
+  std::vector<int32_t> table(static_cast<size_t>(n_windows));
+  std::vector<BatchEntry> entries(static_cast<size_t>(n_windows));
+  for (int64_t i = 0; i < n_windows; ++i) {
+    table[size_t(i)] = int32_t(i);
+    entries[size_t(i)].tokens = tokens.subspan(size_t(i * window), size_t(window));
+    entries[size_t(i)].block_table = std::span<const int32_t>(table).subspan(size_t(i), 1);
+  }
+  std::vector<float> logits;
+  try {
+    backend.forward_batch(*kv, entries, logits);
+  } catch (...) {
+    w = std::move(backend.mutable_weights());  // the caller keeps its (partly quantized) weights
+    throw;
+  }
+  w = std::move(backend.mutable_weights());
+}
+
+double sequential_gptq_bytes(const ModelConfig& c, int64_t rows) {
+  // run()'s activations (x, xn, proj: hidden; q, attn: q_dim; k, v: kv_dim; gate, up: intermediate),
+  // the K/V of every layer, one site's fp32 X^T and H products, and GPTQ's ~7 n^2 doubles.
+  const double per_row = 4.0 * double(3 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.intermediate_size +
+                                       2 * c.n_layers * c.kv_dim() + c.intermediate_size);
+  return double(rows) * per_row + 8.0 * 8.0 * double(c.intermediate_size) * double(c.intermediate_size);
 }
 
 }  // namespace kiln::quant

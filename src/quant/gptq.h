@@ -19,17 +19,19 @@
 // factorization succeeds. Columns whose input is always zero (diag 0) get diag 1.
 //
 // Options (GptqOptions, session 11): act-order (columns by decreasing diag H) with static groups,
-// and an MSE-chosen group range. Not done (vs the paper): the sequential form (each layer's inputs
-// recomputed through the already-quantized layers before it): kiln calibrates once on the fp32
-// model with the AWQ scales folded in.
+// and an MSE-chosen group range. Session 14: a refit of each row's group grids to GPTQ's codes
+// (refit_int4_grids), and the sequential form (apply_gptq_sequential: each site's inputs computed
+// through the already-quantized matrices before it).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "model/config.h"
 #include "model/quantized_matrix.h"
 #include "model/weights.h"
 #include "quant/calibration.h"
@@ -42,9 +44,9 @@ namespace kiln::quant {
 std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool);
 
 // U, the upper Cholesky factor of (H + damp I)^-1 (row-major, cols x cols, zero below the
-// diagonal), with GPTQ's damping as above. kiln::Error(internal) if no damping makes H + damp I
+// diagonal), with GPTQ's damping as above (damp: the first try's share of the mean diagonal). kiln::Error(internal) if no damping makes H + damp I
 // positive definite.
-std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t cols);
+std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t cols, double damp = 0.01);
 
 // Session 11's options. act_order: columns quantized by decreasing diag H (the paper's act-order;
 // the groups' grids then fixed before any update, GPTQ's "static groups", so the stored layout and
@@ -55,6 +57,13 @@ struct GptqOptions {
   bool act_order = false;
   bool mse_grid = false;
   std::vector<int64_t> order;  // gptq_int4: the columns' processing order (empty: natural); U must be of H permuted so
+  // apply_gptq / apply_gptq_sequential: a refit of the grids to GPTQ's codes, then refit_rounds - 1
+  // rounds of (GPTQ again on the last grids, held static; refit), each row keeping its best round;
+  // 0: GPTQ's grids as they came (session 14).
+  int refit_rounds = 0;
+  double damp = 0.01;  // apply_gptq: gptq_inverse_factor's first damping, a share of H's mean diagonal
+  // gptq_int4 only: every (row, group)'s grid, fixed up front (rows x groups; apply_gptq ignores it).
+  const std::vector<Int4Grid>* grids = nullptr;
 };
 
 // w (rows x cols) to int4 groups of `group` columns through GPTQ with the factor U above (of H, or
@@ -67,8 +76,20 @@ std::vector<double> permuted_hessian(const std::vector<double>& H, const std::ve
 // A group's grid (gptq_int4's mse_grid above; loss_weight[k] = 1 / U_kk^2 for the group's columns).
 Int4Grid gptq_group_grid(const float* v, const float* loss_weight, int64_t n, bool mse);
 
+// With the codes of q fixed, each row's group scales and mins (2 * groups numbers) set to those that
+// minimize the row's output error d^T H d, d = w - (code * scale + min): a least-squares problem in
+// the grids alone, whose normal equations couple every group of the row through H (GPTQ spread each
+// column's error over the other groups, so the grids it chose up front no longer fit the codes
+// best). A row keeps its grids where the solve does not lower its error. Returns the rows changed.
+int64_t refit_int4_grids(const float* w, QuantizedMatrix& q, const std::vector<double>& H, ThreadPool& pool);
+// q's grids, row-major (row * groups + g): what opt.grids takes.
+std::vector<Int4Grid> int4_grids_of(const QuantizedMatrix& q);
+
 // sum over rows of d^T H d, d = w - dequantize(q): the output error GPTQ minimizes (for the report).
 double hessian_error(const float* w, const QuantizedMatrix& q, const std::vector<double>& H, ThreadPool& pool);
+// The same, one entry per row.
+std::vector<double> hessian_row_errors(const float* w, const QuantizedMatrix& q, const std::vector<double>& H,
+                                       ThreadPool& pool);
 
 struct GptqReport {
   int64_t layer = 0;
@@ -82,5 +103,18 @@ struct GptqReport {
 // is set and its data replaced by the dequantization, as quantize_matrix does.
 void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
                 const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options = {});
+
+// GPTQ in the paper's "true sequential" order (session 14): every window of `tokens` runs through
+// one batched forward of the CPU reference, and each site's matrices are quantized when the
+// forward reaches them, from the H of the inputs that the already-quantized matrices before them
+// (earlier layers, and q/k/v before o, o before gate/up, gate/up before down) produce -- where
+// apply_gptq takes every H from one calibration of the unquantized model. The same per-site
+// quantization (and refit rounds) as apply_gptq. Holds every window's activations and K/V at once:
+// the caller checks the memory (sequential_gptq_bytes).
+void apply_gptq_sequential(const ModelConfig& config, ModelWeights& w, ThreadPool& pool,
+                           std::span<const int32_t> tokens, int64_t window, int64_t int4_group,
+                           const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options = {});
+// What apply_gptq_sequential holds beyond the weights for `rows` calibration tokens (bytes, about).
+double sequential_gptq_bytes(const ModelConfig& config, int64_t rows);
 
 }  // namespace kiln::quant

@@ -2,7 +2,9 @@
 // for bit, correlated inputs give a smaller output error than round-to-nearest, and on a tiny
 // model every matrix's GPTQ error is at most its round-to-nearest error. Session 11's options:
 // act-order's column order and permuted Hessian, the MSE grid never worse than the full range on
-// its own loss, and both options still beating round-to-nearest on correlated inputs.
+// its own loss, and both options still beating round-to-nearest on correlated inputs. Session 14's
+// refit of the grids to the codes: exact where the codes fit a grid exactly, and never raising the
+// output error GPTQ left.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +119,62 @@ TEST(Gptq, OnATinyModelNoMatrixLosesToRoundToNearest) {
   }
 }
 
+// More refit rounds never end above one: each row keeps its best round (a GPTQ pass on refit
+// grids can land a row higher), so every matrix's output error with 3 rounds is at most with 1.
+TEST(Gptq, MoreRefitRoundsNeverRaiseAMatrixError) {
+  ThreadPool pool(2);
+  const ModelConfig c = test::tiny_config();
+  std::vector<int32_t> tokens(128);
+  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  std::vector<double> errors[2];
+  for (int k = 0; k < 2; ++k) {
+    ModelWeights w = random_weights(c, 13, 0.5f);
+    quant::GptqOptions opt;
+    opt.act_order = true;
+    opt.mse_grid = true;
+    opt.refit_rounds = k == 0 ? 1 : 3;
+    quant::apply_gptq(w, quant::calibrate(c, w, pool, tokens, 32, 128), pool, 32,
+                      [&](const quant::GptqReport& r) { errors[k].push_back(r.error); }, opt);
+  }
+  ASSERT_EQ(errors[0].size(), errors[1].size());
+  for (size_t i = 0; i < errors[0].size(); ++i) EXPECT_LE(errors[1][i], errors[0][i] * (1 + 1e-9)) << "matrix " << i;
+}
+
+// Sequential GPTQ (session 14): layer 0's q, k and v see the unquantized model's inputs, so they
+// come out as apply_gptq makes them from one calibration; every later matrix is quantized too (from
+// the quantized model's inputs), and each at most at its round-to-nearest error on those inputs.
+TEST(Gptq, SequentialMatchesOneCalibrationWhereNothingIsQuantizedYet) {
+  ThreadPool pool(2);
+  const ModelConfig c = test::tiny_config();
+  ModelWeights once = random_weights(c, 13, 0.5f), seq = random_weights(c, 13, 0.5f);
+  std::vector<int32_t> tokens(128);
+  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  quant::apply_gptq(once, quant::calibrate(c, once, pool, tokens, 32, 128), pool, 32, nullptr);
+  int matrices = 0;
+  quant::apply_gptq_sequential(c, seq, pool, tokens, 32, 32, [&](const quant::GptqReport& r) {
+    ++matrices;
+    EXPECT_LE(r.error, r.error_rtn * (1.0 + 1e-6)) << "layer " << r.layer << " " << r.matrix;
+  });
+  EXPECT_EQ(matrices, 7 * c.n_layers);
+  ASSERT_EQ(seq.layers.size(), once.layers.size());
+  for (auto member : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv}) {
+    const QuantizedMatrix& a = (once.layers[0].*member).quant;
+    const QuantizedMatrix& b = (seq.layers[0].*member).quant;
+    // The same H up to the fp32 order of its sums (one product a window either way): equal codes
+    // but for rare rounding ties.
+    ASSERT_EQ(a.q.size(), b.q.size());
+    size_t same = 0;
+    for (size_t i = 0; i < a.q.size(); ++i) same += a.q[i] == b.q[i];
+    EXPECT_GE(double(same), 0.99 * double(a.q.size()));
+  }
+  for (const LayerWeights& l : seq.layers) {
+    EXPECT_EQ(l.wo.quant.format, QuantFormat::int4);
+    EXPECT_EQ(l.w_down.quant.format, QuantFormat::int4);
+  }
+  // Later layers differ: their inputs came through quantized matrices.
+  EXPECT_NE(once.layers.back().w_down.quant.q, seq.layers.back().w_down.quant.q);
+}
+
 // The Hessians summed as rows pass (calibrate's hessian_rows) are those of the rows kept with
 // max_samples = hessian_rows, to fp32 rounding within a window; with fewer rows than tokens the
 // same evenly spaced rows are taken.
@@ -202,6 +260,66 @@ TEST(Gptq, ActOrderAndMseGridStillBeatRoundToNearest) {
       const double e = quant::hessian_error(w.data(), q, H, pool);
       EXPECT_LT(e, 0.8 * e_rtn) << "act_order " << act_order << " mse " << mse << ": " << e << " vs rtn " << e_rtn;
     }
+}
+
+TEST(Gptq, RefitRecoversTheGridsOfCodesThatFitExactly) {
+  ThreadPool pool(2);
+  const int64_t rows = 6, cols = 128, group = 32;
+  const std::vector<double> H = quant::input_hessian(correlated_inputs(1024, cols, 3), pool);
+  // w on a known grid: random codes, random positive scales and mins.
+  QuantizedMatrix truth = QuantizedMatrix::zeroed(QuantFormat::int4, rows, cols, group);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> code(0, 15);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (int64_t i = 0; i < rows * cols; ++i) quant::set_int4_code(truth, i, float(code(rng)));
+  for (size_t g = 0; g < truth.scales.size(); ++g) truth.scales[g] = 0.01f * u(rng), truth.mins[g] = -0.08f * u(rng);
+  std::vector<float> w(size_t(rows * cols));
+  quant::dequantize(truth, w.data());
+  QuantizedMatrix q = truth;  // the same codes, the grids disturbed
+  for (size_t g = 0; g < q.scales.size(); ++g) q.scales[g] *= 1.1f, q.mins[g] += 0.01f;
+  const double disturbed = quant::hessian_error(w.data(), q, H, pool);
+  EXPECT_EQ(quant::refit_int4_grids(w.data(), q, H, pool), rows);
+  for (size_t g = 0; g < q.scales.size(); ++g) {
+    EXPECT_NEAR(q.scales[g], truth.scales[g], 1e-4 * truth.scales[g]) << g;
+    EXPECT_NEAR(q.mins[g], truth.mins[g], 1e-4 * std::fabs(truth.mins[g])) << g;
+  }
+  EXPECT_LT(quant::hessian_error(w.data(), q, H, pool), 1e-6 * disturbed);  // fp32 grids: not exactly 0
+}
+
+TEST(Gptq, RefitLowersGptqsOutputErrorAndNeverRaisesIt) {
+  ThreadPool pool(2);
+  const int64_t rows = 24, cols = 128, group = 32;
+  const std::vector<double> H = quant::input_hessian(correlated_inputs(1024, cols, 7), pool);
+  const std::vector<float> w = random_matrix(rows, cols, 9);
+  quant::GptqOptions opt;
+  opt.mse_grid = true;
+  opt.order = quant::gptq_act_order(H, cols);
+  const std::vector<float> U = quant::gptq_inverse_factor(quant::permuted_hessian(H, opt.order), cols);
+  const QuantizedMatrix before = quant::gptq_int4(w.data(), rows, cols, group, U, pool, opt);
+  QuantizedMatrix after = before;
+  EXPECT_GT(quant::refit_int4_grids(w.data(), after, H, pool), 0);
+  EXPECT_EQ(after.q, before.q);  // the codes stay
+  quant::validate(after, "refit");
+  for (int64_t r = 0; r < rows; ++r) {  // row by row: each row's error at most what it was
+    auto row = [&](const QuantizedMatrix& m) {
+      QuantizedMatrix one = QuantizedMatrix::zeroed(QuantFormat::int4, 1, cols, group);
+      std::copy_n(m.q.begin() + r * cols / 2, cols / 2, one.q.begin());
+      std::copy_n(m.scales.begin() + r * (cols / group), cols / group, one.scales.begin());
+      std::copy_n(m.mins.begin() + r * (cols / group), cols / group, one.mins.begin());
+      return quant::hessian_error(w.data() + r * cols, one, H, pool);
+    };
+    EXPECT_LE(row(after), row(before) * (1 + 1e-9)) << "row " << r;
+  }
+  const double e0 = quant::hessian_error(w.data(), before, H, pool);
+  const double e1 = quant::hessian_error(w.data(), after, H, pool);
+  EXPECT_LT(e1, 0.95 * e0) << "refit " << e1 << " vs gptq " << e0;
+  // A second GPTQ pass on the refit grids, then a refit again: still below GPTQ's first error.
+  const std::vector<quant::Int4Grid> grids = quant::int4_grids_of(after);
+  quant::GptqOptions again = opt;
+  again.grids = &grids;
+  QuantizedMatrix twice = quant::gptq_int4(w.data(), rows, cols, group, U, pool, again);
+  quant::refit_int4_grids(w.data(), twice, H, pool);
+  EXPECT_LT(quant::hessian_error(w.data(), twice, H, pool), e0);
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // For an activation observer that quantizes as the forward goes (quant/gptq.h's sequential GPTQ):
+  // a matrix changed in the observer is what the forward multiplies by from then on.
+  ModelWeights& mutable_weights() { return weights_; }
   std::unique_ptr<KvSequence> new_sequence(int64_t capacity) override;
   int64_t kv_bytes_per_element() const override { return 4; }
   std::unique_ptr<KvPool> new_kv_pool(int32_t num_blocks, int32_t block_size) override;
