@@ -150,16 +150,25 @@ struct DecodeCase {
     dlen = DeviceBuffer<int32_t>(lens);
   }
 
-  // The outputs of a launch with this tuning (not checked).
-  std::vector<float> outputs(cuda::DecodeTuning tune) {
+  cuda::KvLayout layout() const {
     const int64_t kv_dim = int64_t(cs.kv_heads) * cs.d;
+    return cuda::KvLayout{dk.data(), dv.data(), capacity * kv_dim, kv_dim, cs.d};
+  }
+
+  // One launch with this tuning into `out` (workspace and output poisoned first).
+  void launch(cuda::DecodeTuning tune, DeviceBuffer<bf16>& out) {
     DeviceBuffer<float> ws(size_t(cuda::decode_workspace_floats(batch, cs.heads, cs.d, capacity)));
-    DeviceBuffer<bf16> out(ref.size());
+    ws.poison();
     out.poison();
-    cuda::KvLayout kv{dk.data(), dv.data(), capacity * kv_dim, kv_dim, cs.d};
-    cuda::attention_decode_tuned(tune, dq.data(), kv, dlen.data(), capacity, out.data(),
+    cuda::attention_decode_tuned(tune, dq.data(), layout(), dlen.data(), capacity, out.data(),
                                  cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, capacity), batch, cs.heads,
                                  cs.kv_heads, cs.d, nullptr);
+  }
+
+  // The outputs of a launch with this tuning (not checked).
+  std::vector<float> outputs(cuda::DecodeTuning tune) {
+    DeviceBuffer<bf16> out(ref.size());
+    launch(tune, out);
     return from_device_bf16(out);
   }
 
@@ -167,17 +176,10 @@ struct DecodeCase {
     SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d << " capacity "
                                     << capacity << " tuning " << tune.stages << "/" << tune.split_waves << "/"
                                     << tune.pdl << "/" << tune.interleave);
-    const int64_t kv_dim = int64_t(cs.kv_heads) * cs.d;
-    DeviceBuffer<float> ws(size_t(cuda::decode_workspace_floats(batch, cs.heads, cs.d, capacity)));
-    ws.poison();
     DeviceBuffer<bf16> out(ref.size());
-    out.poison();
-    cuda::KvLayout kv{dk.data(), dv.data(), capacity * kv_dim, kv_dim, cs.d};
-    cuda::attention_decode_tuned(tune, dq.data(), kv, dlen.data(), capacity, out.data(),
-                                 cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, capacity), batch, cs.heads,
-                                 cs.kv_heads, cs.d, nullptr);
+    launch(tune, out);
     EXPECT_LT(rel_error(from_device_bf16(out), ref), kTolBf16Out);
-    EXPECT_STREQ(cuda::attention_decode_impl(dq.data(), kv, out.data(), cs.d), cs.d <= 64 ? "mma-d64" : "mma-d128");
+    EXPECT_STREQ(cuda::attention_decode_impl(dq.data(), layout(), out.data(), cs.d), cs.d <= 64 ? "mma-d64" : "mma-d128");
   }
 };
 
