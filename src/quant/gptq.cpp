@@ -238,88 +238,97 @@ int64_t refit_int4_grids(const float* w, QuantizedMatrix& q, const std::vector<d
   for (int64_t k = 0; k < n; ++k)
     for (int64_t h = 0; h < G; ++h) mm[size_t((k / group) * G + h)] += R[size_t(k * G + h)];
   std::vector<int64_t> changed(static_cast<size_t>(q.rows), 0);
+  // Rows in blocks of kRows per pass over H (H is n^2 doubles: 134 MB at n = 4096, so one pass a row
+  // would be bound by memory bandwidth). The normal equations are summed as H's rows go by, each
+  // accumulator in the order of k, so a row's sums do not depend on the block it is in.
+  constexpr int64_t kRows = 8;
   pool.parallel_for(q.rows, [&](int64_t lo, int64_t hi) {
-    std::vector<double> code(static_cast<size_t>(n)), hw(static_cast<size_t>(n)), u(static_cast<size_t>(G * n));
-    std::vector<double> N(static_cast<size_t>(P * P)), b(static_cast<size_t>(P)), theta0(static_cast<size_t>(P));
-    std::vector<double> a, x;
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* wr = w + r * n;
-      for (int64_t c = 0; c < n; c += 2) {
-        const uint8_t byte = q.q[size_t((r * n + c) / 2)];
-        code[size_t(c)] = byte & 0x0f;
-        code[size_t(c + 1)] = byte >> 4;
-      }
-      // hw = H w; u[h] = H (codes on group h).
-      std::fill(u.begin(), u.end(), 0.0);
-      double wHw = 0;
+    std::vector<double> codes(static_cast<size_t>(kRows * n)), Ns(static_cast<size_t>(kRows * P * P));
+    std::vector<double> bs(static_cast<size_t>(kRows * P)), wHws(static_cast<size_t>(kRows));
+    std::vector<double> theta0(static_cast<size_t>(P)), N, b, a, x;
+    for (int64_t r0 = lo; r0 < hi; r0 += kRows) {
+      const int64_t nb = std::min(kRows, hi - r0);
+      for (int64_t i = 0; i < nb; ++i)
+        for (int64_t c = 0; c < n; c += 2) {
+          const uint8_t byte = q.q[size_t(((r0 + i) * n + c) / 2)];
+          codes[size_t(i * n + c)] = byte & 0x0f;
+          codes[size_t(i * n + c + 1)] = byte >> 4;
+        }
+      std::fill(Ns.begin(), Ns.end(), 0.0);
+      std::fill(bs.begin(), bs.end(), 0.0);
+      std::fill(wHws.begin(), wHws.end(), 0.0);
       for (int64_t k = 0; k < n; ++k) {
         const double* hk = H.data() + k * n;
-        double s = 0;
-        for (int64_t j = 0; j < n; ++j) s += hk[j] * wr[j];
-        hw[size_t(k)] = s;
-        wHw += s * wr[k];
-        for (int64_t h = 0; h < G; ++h) {
-          double t = 0;
-          for (int64_t j = h * group; j < (h + 1) * group; ++j) t += hk[j] * code[size_t(j)];
-          u[size_t(h * n + k)] = t;
-        }
-      }
-      std::fill(N.begin(), N.end(), 0.0);
-      std::fill(b.begin(), b.end(), 0.0);
-      for (int64_t g = 0; g < G; ++g)
-        for (int64_t k = g * group; k < (g + 1) * group; ++k) {
-          const double ck = code[size_t(k)];
+        const int64_t g = k / group;
+        for (int64_t i = 0; i < nb; ++i) {
+          const float* wr = w + (r0 + i) * n;
+          const double* code = codes.data() + i * n;
+          double* Ni = Ns.data() + i * P * P;
+          double* bi = bs.data() + i * P;
+          double s = 0;  // (H w)_k
+          for (int64_t j = 0; j < n; ++j) s += hk[j] * wr[j];
+          wHws[size_t(i)] += s * wr[k];
+          const double ck = code[k];
           for (int64_t h = 0; h < G; ++h) {
-            N[size_t(g * P + h)] += ck * u[size_t(h * n + k)];
-            N[size_t(g * P + G + h)] += ck * R[size_t(k * G + h)];
+            double t = 0;  // (H (codes on group h))_k
+            for (int64_t j = h * group; j < (h + 1) * group; ++j) t += hk[j] * code[j];
+            Ni[g * P + h] += ck * t;
+            Ni[g * P + G + h] += ck * R[size_t(k * G + h)];
           }
-          b[size_t(g)] += ck * hw[size_t(k)];
-          b[size_t(G + g)] += hw[size_t(k)];
+          bi[g] += ck * s;
+          bi[G + g] += s;
         }
-      for (int64_t g = 0; g < G; ++g)
-        for (int64_t h = 0; h < G; ++h) {
-          N[size_t((G + h) * P + g)] = N[size_t(g * P + G + h)];
-          N[size_t((G + g) * P + G + h)] = mm[size_t(g * G + h)];
-        }
-      for (int64_t g = 0; g < G; ++g) {
-        theta0[size_t(g)] = q.scales[size_t(r * G + g)];
-        theta0[size_t(G + g)] = q.mins[size_t(r * G + g)];
       }
-      // error(theta) = theta^T N theta - 2 b^T theta + w^T H w
-      auto error = [&](const std::vector<double>& t) {
-        double e = wHw;
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t r = r0 + i;
+        N.assign(Ns.begin() + i * P * P, Ns.begin() + (i + 1) * P * P);
+        b.assign(bs.begin() + i * P, bs.begin() + (i + 1) * P);
+        const double wHw = wHws[size_t(i)];
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t h = 0; h < G; ++h) {
+            N[size_t((G + h) * P + g)] = N[size_t(g * P + G + h)];
+            N[size_t((G + g) * P + G + h)] = mm[size_t(g * G + h)];
+          }
+        for (int64_t g = 0; g < G; ++g) {
+          theta0[size_t(g)] = q.scales[size_t(r * G + g)];
+          theta0[size_t(G + g)] = q.mins[size_t(r * G + g)];
+        }
+        // error(theta) = theta^T N theta - 2 b^T theta + w^T H w
+        auto error = [&](const std::vector<double>& t) {
+          double e = wHw;
+          for (int64_t i = 0; i < P; ++i) {
+            double s = 0;
+            for (int64_t j = 0; j < P; ++j) s += N[size_t(i * P + j)] * t[size_t(j)];
+            e += t[size_t(i)] * (s - 2 * b[size_t(i)]);
+          }
+          return e;
+        };
+        // A small ridge toward the current grids keeps a group whose codes are all equal (its scale
+        // and min then act alike) where it was instead of making the system singular.
+        const double ridge = 1e-7;
+        a = N;
+        x = b;
         for (int64_t i = 0; i < P; ++i) {
-          double s = 0;
-          for (int64_t j = 0; j < P; ++j) s += N[size_t(i * P + j)] * t[size_t(j)];
-          e += t[size_t(i)] * (s - 2 * b[size_t(i)]);
+          const double d = std::max(N[size_t(i * P + i)], 1e-30);
+          a[size_t(i * P + i)] += ridge * d;
+          x[size_t(i)] += ridge * d * theta0[size_t(i)];
         }
-        return e;
-      };
-      // A small ridge toward the current grids keeps a group whose codes are all equal (its scale
-      // and min then act alike) where it was instead of making the system singular.
-      const double ridge = 1e-7;
-      a = N;
-      x = b;
-      for (int64_t i = 0; i < P; ++i) {
-        const double d = std::max(N[size_t(i * P + i)], 1e-30);
-        a[size_t(i * P + i)] += ridge * d;
-        x[size_t(i)] += ridge * d * theta0[size_t(i)];
+        if (!solve_spd(a, x, P)) continue;
+        bool finite = true;
+        // A scale must stay positive as stored (fp32): GPTQ's next round codes against the grid
+        // (Int4Grid::code). The comparison is made on the values as stored.
+        for (int64_t g = 0; g < G; ++g) {
+          x[size_t(g)] = double(float(x[size_t(g)]));
+          x[size_t(G + g)] = double(float(x[size_t(G + g)]));
+          finite = finite && x[size_t(g)] > 0 && std::isfinite(x[size_t(g)]) && std::isfinite(x[size_t(G + g)]);
+        }
+        if (!finite || !(error(x) < error(theta0))) continue;
+        for (int64_t g = 0; g < G; ++g) {
+          q.scales[size_t(r * G + g)] = float(x[size_t(g)]);
+          q.mins[size_t(r * G + g)] = float(x[size_t(G + g)]);
+        }
+        changed[size_t(r)] = 1;
       }
-      if (!solve_spd(a, x, P)) continue;
-      bool finite = true;
-      // A scale must stay positive as stored (fp32): GPTQ's next round codes against the grid
-      // (Int4Grid::code). The comparison is made on the values as stored.
-      for (int64_t g = 0; g < G; ++g) {
-        x[size_t(g)] = double(float(x[size_t(g)]));
-        x[size_t(G + g)] = double(float(x[size_t(G + g)]));
-        finite = finite && x[size_t(g)] > 0 && std::isfinite(x[size_t(g)]) && std::isfinite(x[size_t(G + g)]);
-      }
-      if (!finite || !(error(x) < error(theta0))) continue;
-      for (int64_t g = 0; g < G; ++g) {
-        q.scales[size_t(r * G + g)] = float(x[size_t(g)]);
-        q.mins[size_t(r * G + g)] = float(x[size_t(G + g)]);
-      }
-      changed[size_t(r)] = 1;
     }
   });
   int64_t total = 0;
