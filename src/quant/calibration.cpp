@@ -18,24 +18,28 @@ std::vector<int64_t> picked_rows(int64_t first, int64_t rows, int64_t stride, in
   return picked;
 }
 
-// s.hessian += X^T X for the picked rows of x: one fp32 product over the rows of this forward
-// (at most a window of them), summed into the fp64 total.
+// s.hessian += X^T X for the picked rows of x (at most a window of them).
 void add_to_hessian(SiteStats& s, const float* x, const std::vector<int64_t>& picked, ThreadPool& pool) {
-  const int64_t n = s.cols, k = int64_t(picked.size());
+  if (picked.empty()) return;
+  if (s.hessian.empty()) s.hessian.assign(size_t(s.cols * s.cols), 0.0);
+  add_gram(s.hessian, x, picked, s.cols, pool);
+  s.hessian_rows += int64_t(picked.size());
+}
+
+}  // namespace
+
+void add_gram(std::vector<double>& H, const float* x, std::span<const int64_t> rows, int64_t cols, ThreadPool& pool) {
+  const int64_t n = cols, k = int64_t(rows.size());
   if (k == 0) return;
-  if (s.hessian.empty()) s.hessian.assign(size_t(n * n), 0.0);
   std::vector<float> xt(size_t(n * k));  // X^T: cols x k
   for (int64_t j = 0; j < k; ++j) {
-    const float* row = x + picked[size_t(j)] * n;
+    const float* row = x + rows[size_t(j)] * n;
     for (int64_t i = 0; i < n; ++i) xt[size_t(i * k + j)] = row[i];
   }
   std::vector<float> h(size_t(n * n));
   cpu::matmul(pool, xt.data(), xt.data(), nullptr, h.data(), n, n, k);  // h = X^T (X^T)^T
-  for (size_t i = 0; i < h.size(); ++i) s.hessian[i] += double(h[i]);
-  s.hessian_rows += k;
+  for (size_t i = 0; i < h.size(); ++i) H[i] += double(h[i]);
 }
-
-}  // namespace
 
 std::vector<float> SiteStats::mean_abs() const {
   std::vector<float> m(static_cast<size_t>(cols));

@@ -36,6 +36,10 @@ struct Calibration {
   int64_t tokens = 0;
 };
 
+// H (cols x cols, row-major) += X^T X over the given rows of x (rows x cols): one fp32 product over
+// those rows (a window's worth at most, as calibrate passes them), summed into the fp64 total.
+void add_gram(std::vector<double>& H, const float* x, std::span<const int64_t> rows, int64_t cols, ThreadPool& pool);
+
 // Runs `tokens` through a CPU copy of the model in windows of `window` tokens (each window a fresh
 // sequence, as perplexity does) and keeps up to `max_samples` rows per site; with hessian_rows > 0
 // it also sums every site's H over up to that many evenly spaced rows (the rows max_samples = hessian_rows

@@ -6,7 +6,6 @@
 #include "core/check.h"
 #include "quant/quantize.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/ops.h"
 
 namespace kiln::quant {
 namespace {
@@ -153,7 +152,9 @@ QuantizedMatrix gptq_int4(const float* w, int64_t rows, int64_t cols, int64_t gr
     for (int64_t r = lo; r < hi; ++r) {
       std::copy_n(w + r * cols, cols, row.begin());
       auto set_grid = [&](int64_t g) {
-        grids[size_t(g)] = opt.grids ? (*opt.grids)[size_t(r * groups + g)] : gptq_group_grid(row.data() + g * group, loss_weight.data() + g * group, group, opt.mse_grid);
+        grids[size_t(g)] = opt.grids ? (*opt.grids)[size_t(r * groups + g)]
+                                     : gptq_group_grid(row.data() + g * group, loss_weight.data() + g * group, group,
+                                                       opt.mse_grid);
         m.scales[size_t(r * groups + g)] = grids[size_t(g)].scale;
         m.mins[size_t(r * groups + g)] = grids[size_t(g)].min;
       };
@@ -378,10 +379,6 @@ void copy_int4_row(const QuantizedMatrix& from, QuantizedMatrix& to, int64_t r) 
   std::copy_n(from.mins.begin() + r * groups, groups, to.mins.begin() + r * groups);
 }
 
-}  // namespace
-
-namespace {
-
 // The matrices that read each LinearSite's input.
 struct SiteMatrices {
   std::vector<std::pair<const char*, HostMatrix LayerWeights::*>> matrices;
@@ -442,14 +439,11 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
 // sums a window at a time).
 std::vector<double> hessian_of(const float* x, int64_t rows, int64_t cols, int64_t chunk, ThreadPool& pool) {
   std::vector<double> H(static_cast<size_t>(cols * cols), 0.0);
-  std::vector<float> xt, h(static_cast<size_t>(cols * cols));
+  std::vector<int64_t> picked;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t k = std::min(chunk, rows - r0);
-    xt.resize(static_cast<size_t>(cols * k));
-    for (int64_t j = 0; j < k; ++j)
-      for (int64_t i = 0; i < cols; ++i) xt[size_t(i * k + j)] = x[(r0 + j) * cols + i];
-    cpu::matmul(pool, xt.data(), xt.data(), nullptr, h.data(), cols, cols, k);
-    for (size_t i = 0; i < h.size(); ++i) H[i] += double(h[i]);
+    picked.resize(static_cast<size_t>(std::min(chunk, rows - r0)));
+    for (size_t j = 0; j < picked.size(); ++j) picked[j] = r0 + int64_t(j);
+    add_gram(H, x, picked, cols, pool);
   }
   return H;
 }

@@ -44,8 +44,8 @@ namespace kiln::quant {
 std::vector<double> input_hessian(const SiteStats& site, ThreadPool& pool);
 
 // U, the upper Cholesky factor of (H + damp I)^-1 (row-major, cols x cols, zero below the
-// diagonal), with GPTQ's damping as above (damp: the first try's share of the mean diagonal). kiln::Error(internal) if no damping makes H + damp I
-// positive definite.
+// diagonal), with GPTQ's damping as above (damp: the first try's share of the mean diagonal).
+// kiln::Error(internal) if no damping makes H + damp I positive definite.
 std::vector<float> gptq_inverse_factor(const std::vector<double>& H, int64_t cols, double damp = 0.01);
 
 // Session 11's options. act_order: columns quantized by decreasing diag H (the paper's act-order;
@@ -61,7 +61,7 @@ struct GptqOptions {
   // rounds of (GPTQ again on the last grids, held static; refit), each row keeping its best round;
   // 0: GPTQ's grids as they came (session 14).
   int refit_rounds = 0;
-  double damp = 0.01;  // apply_gptq: gptq_inverse_factor's first damping, a share of H's mean diagonal
+  double damp = 0.01;  // apply_gptq(_sequential): gptq_inverse_factor's first damping, a share of mean diag H
   // gptq_int4 only: every (row, group)'s grid, fixed up front (rows x groups; apply_gptq ignores it).
   const std::vector<Int4Grid>* grids = nullptr;
 };

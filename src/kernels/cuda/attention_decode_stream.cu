@@ -39,15 +39,18 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kThreads = 128, kQRows = 8;
+// kStages = 3: two blocks a SM at d 128 for groups up to 5. (A 2-stage form, three blocks a SM
+// where they fit, measured slower at 32/8 heads in session 14 -- 403 / 522 / 647 us against 327 /
+// 435 / 547 at 2048 x 128 / 192 / 256 positions -- and was removed.)
+constexpr int kThreads = 128, kQRows = 8, kStages = 3;
 
-// Shared memory: S stages x (K tile, V tile, q slot of 8 rows), then the merge area of `group` rows:
+// Shared memory: kStages x (K tile, V tile, q slot of 8 rows), then the merge area of `group` rows:
 // (max, sum) per warp and row, and each warp's (group, D) fp32 partial output.
 template <int D>
 constexpr int kStageElems = 2 * attn::kTileKv * D + kQRows * D;
-template <int D, int S>
+template <int D>
 size_t stream_smem_bytes(int group) {
-  return size_t(S * kStageElems<D>) * sizeof(bf16) + size_t(4 * group * (2 + D)) * sizeof(float);
+  return size_t(kStages * kStageElems<D>) * sizeof(bf16) + size_t(4 * group * (2 + D)) * sizeof(float);
 }
 
 // Q fragments from a q slot of 8 rows: rows 8..15 of the mma tile repeat rows 0..7 (their results
@@ -104,10 +107,7 @@ struct StreamWalk {
   }
 };
 
-// kStages = 3: two blocks a SM at d 128 for groups up to 5. (A 2-stage form, three blocks a SM
-// where they fit, measured slower at 32/8 heads in session 14 -- 403 / 522 / 647 us against 327 /
-// 435 / 547 at 2048 x 128 / 192 / 256 positions -- and was removed.)
-template <int D, bool kPaged, int kStages = 3>
+template <int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads, 2)
     decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                          bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
@@ -135,6 +135,10 @@ __global__ void __launch_bounds__(kThreads, 2)
                     min(kTileKv, rq.len - rq.tile * kTileKv));
     }
   };
+  auto load_q = [&](int st, int b, int kvh) {  // the pair's query heads into stage st's q slot
+    const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
+    load_tile_async<D, kQRows, kThreads>(q_slot(st), group, d, [&](int r) { return qb + r * d; }, q);
+  };
   // Requests rq's tile into stage st (and the pair's q with its first tile) as one cp.async group
   // (an empty one past the end, so the group count per iteration stays fixed), then moves rq on and
   // fetches the next tile's block ids, which land while this tile is computed.
@@ -151,10 +155,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         load_tile_async<D, kTileKv, kThreads>(
             v_stage(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v);
       }
-      if (rq.tile == 0 && with_q) {
-        const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
-        load_tile_async<D, kQRows, kThreads>(q_slot(st), group, d, [&](int r) { return qb + r * d; }, q);
-      }
+      if (rq.tile == 0 && with_q) load_q(st, b, kvh);
       ++rq.tile;
       walk.settle(rq);
       fetch_ids();
@@ -177,8 +178,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   pdl_wait();
   pdl_launch_dependents();
   if (early) {
-    const bf16* qb = q + (int64_t(b0) * n_heads + int64_t(kvh0) * group) * d;
-    load_tile_async<D, kQRows, kThreads>(q_slot(0), group, d, [&](int r) { return qb + r * d; }, q);
+    load_q(0, b0, kvh0);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -215,8 +215,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int i = threadIdx.x; i < group * d; i += kThreads) {
         const int r = i / d, c = i % d;
         const WarpMerge w = merge_warps<D>(ms, ls, os, group, r, c);
-        const float num = w.num, den = w.den;
-        out[(int64_t(b) * n_heads + int64_t(kvh) * group + r) * d + c] = __float2bfloat16(num / den);
+        out[(int64_t(b) * n_heads + int64_t(kvh) * group + r) * d + c] = __float2bfloat16(w.num / w.den);
       }
       // The next write of the merge area comes after at least one more top-of-loop barrier.
     }
@@ -228,40 +227,38 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // The kernel's attribute and its blocks per SM for each group size 1..8 (the shared memory depends
 // on it), set up once per instantiation.
-constexpr int kStreamStages = 3;
-
-template <int D, bool kPaged, int S = kStreamStages>
+template <int D, bool kPaged>
 struct StreamOccupancy {
   int sms = 0;
   int per_sm[kQRows + 1] = {};
   static const StreamOccupancy& get() {
     static const StreamOccupancy o = [] {
       StreamOccupancy r;
-      constexpr auto kernel = decode_stream_kernel<D, kPaged, S>;
+      constexpr auto kernel = decode_stream_kernel<D, kPaged>;
       KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(stream_smem_bytes<D, S>(kQRows))));
+                                           int(stream_smem_bytes<D>(kQRows))));
       int dev = 0;
       KILN_CUDA_CHECK(cudaGetDevice(&dev));
       KILN_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
       for (int gr = 1; gr <= kQRows; ++gr)
         KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm[gr], kernel, kThreads,
-                                                                      stream_smem_bytes<D, S>(gr)));
+                                                                      stream_smem_bytes<D>(gr)));
       return r;
     }();
     return o;
   }
 };
 
-template <int D, bool kPaged, int S = kStreamStages>
+template <int D, bool kPaged>
 void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
                    int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
   const int group = n_heads / n_kv_heads;
-  const StreamOccupancy<D, kPaged, S>& occ = StreamOccupancy<D, kPaged, S>::get();
+  const StreamOccupancy<D, kPaged>& occ = StreamOccupancy<D, kPaged>::get();
   const int64_t pairs = batch * n_kv_heads;
   const int64_t blocks = std::min<int64_t>(pairs, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
-  launch_maybe_pdl(pdl, decode_stream_kernel<D, kPaged, S>, dim3(unsigned(blocks)), dim3(kThreads),
-                   stream_smem_bytes<D, S>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group, head_dim,
+  launch_maybe_pdl(pdl, decode_stream_kernel<D, kPaged>, dim3(unsigned(blocks)), dim3(kThreads),
+                   stream_smem_bytes<D>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group, head_dim,
                    int(batch), scale_log2);
   KILN_CUDA_CHECK_LAUNCH();
 }
