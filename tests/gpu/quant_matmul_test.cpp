@@ -114,17 +114,14 @@ TEST(GpuQuant, GemvTilesDealtOverEverySlot) {
 // after the scale is 65504 x 16 = 1.05e6), and each row's outputs must meet the fp32 tolerance on
 // their own: M = 5 (x staged, one n-tile) and M = 1, per channel (kRow), group 128 (kShift) and
 // group 32 (kG32). The fused forms run the same staging (GpuNormFold, GpuQuantBackend).
-// int4 at one fold a super-chunk (groups of 128 and 256, and one group a row) runs the same
-// staging since session 15 (fp16 MMAs on nibble pairs): the same magnitudes, the same per-row check.
-TEST(GpuQuant, FP16GemvWideActivationRange) {
+TEST(GpuQuant, Int8GemvWideActivationRange) {
   KILN_REQUIRE_GPU();
   ThreadPool pool(2);
   uint32_t seed = 1300;
   const float magnitude[] = {1e-2f, 1.0f, 1e2f, 1e4f, 9e5f};
   for (int64_t m : {5, 1})
     for (Case c : {Case{QuantFormat::int8, m, 300, 1152, 1152}, Case{QuantFormat::int8, m, 300, 1024, 128},
-                   Case{QuantFormat::int8, m, 4500, 256, 32}, Case{QuantFormat::int4, m, 300, 1152, 128},
-                   Case{QuantFormat::int4, m, 4500, 128, 128}, Case{QuantFormat::int4, m, 129, 4096, 256}})
+                   Case{QuantFormat::int8, m, 4500, 256, 32}})
       for (int first = 0; first < (m == 1 ? 5 : 1); ++first) {  // M = 1: each magnitude alone
         SCOPED_TRACE(describe(c, OutMode::store_f32, false) + fmt::format(" first magnitude {}", first));
         HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, seed++);

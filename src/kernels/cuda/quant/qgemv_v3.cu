@@ -67,10 +67,6 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   constexpr int UNIT = v3_fold_unit(F, SM);  // k per fold (and per x sum)
   // int8 with x staged: fp16 MMAs on whole bytes (byte_pair_f16) instead of bf16 MMAs on nibbles.
   constexpr bool F16 = F == QuantFormat::int8 && XS && H16;
-  // int4 with x staged, one fold a super-chunk (groups of 128 or more): fp16 MMAs on nibble pairs
-  // (nibble_pair_f16), the low nibbles in one chain and the high ones (x 16) in the other.
-  constexpr bool I16 = F == QuantFormat::int4 && XS && H16 && !G32;
-  constexpr bool XH = F16 || I16;  // x staged as fp16(x / 16)
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[kV3MaxWarps][16][8 * NT + 1];
   const int W = blockDim.x / 32;
@@ -148,8 +144,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const int row_chunks = int(K / 8);  // 16-byte pieces of an activation row
   const int total = m_actual * row_chunks;
   const uint32_t xs_base = uint32_t(__cvta_generic_to_shared(smem));
-  const uint32_t sums_bytes = uint32_t(K / UNIT) * 8 * NT * 4;  // one array of x sums (I16: two)
-  const uint32_t x_base = xs_base + sums_bytes * (I16 ? 2 : 1);
+  const uint32_t x_base = xs_base + uint32_t(K / UNIT) * 8 * NT * 4;
   if constexpr (XS) {
     constexpr int R = 4;           // pieces per lane in flight
     constexpr int CPU = UNIT / 8;  // lanes per fold unit (4, 8 or 16): aligned within a warp
@@ -166,7 +161,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         const int i = b0 + r * W * 32 + lane;
         float f[8];
         unpack8(v[r], f);
-        if constexpr (XH) {  // fp16(x / 16), and its sums from the rounded values the MMAs see
+        if constexpr (F16) {  // fp16(x / 16), and its sums from the rounded values the MMAs see
           uint32_t h[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -176,26 +171,15 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
             f[2 * e + 1] = back.y;
             h[e] = *reinterpret_cast<const uint32_t*>(&p);
           }
-          // I16 stores the pairs as (0, 1), (4, 5), (2, 3), (6, 7): each MMA's two activation
-          // registers then sit side by side, as HMMA takes them (else 2 MOVs an MMA).
-          v[r] = I16 ? make_uint4(h[0], h[2], h[1], h[3]) : make_uint4(h[0], h[1], h[2], h[3]);
+          v[r] = make_uint4(h[0], h[1], h[2], h[3]);
         }
         float s = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
-        // I16: the values the high-nibble chain multiplies (pieces 2, 3, 6, 7 of each 8, see process)
-        float s_hi = I16 ? (f[2] + f[3]) + (f[6] + f[7]) : 0.0f;
 #pragma unroll
-        for (int o = 1; o < CPU; o <<= 1) {
-          s += __shfl_xor_sync(0xffffffffu, s, o);
-          if constexpr (I16) s_hi += __shfl_xor_sync(0xffffffffu, s_hi, o);
-        }
+        for (int o = 1; o < CPU; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (i < total) {
           const int m = i / row_chunks, c = i - m * row_chunks;
           *reinterpret_cast<uint4*>(smem + (x_base - xs_base) + int64_t(m) * v3_row_stride(K) + 16 * c) = v[r];
-          if (lane % CPU == 0) {
-            xsum[(c / CPU) * 8 * NT + m] = s;
-            // The unit's offset correction C = 896 X - 960 X_hi (the fold below says why).
-            if constexpr (I16) xsum[sums_bytes / 4 + (c / CPU) * 8 * NT + m] = fmaf(896.0f, s, -960.0f * s_hi);
-          }
+          if (lane % CPU == 0) xsum[(c / CPU) * 8 * NT + m] = s;
         }
       }
     }
@@ -233,15 +217,12 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
           b[n][i] = ld_after_wait(reinterpret_cast<const uint4*>(xr[n] + k0 + 32 * i));
       }
     float2 xsv[NT][G32 ? Fm::NG : 1];  // x sums of the fold units, activation rows 8n + 2t, + 1
-    float2 xcv[NT];                      // I16: the unit's offset correction, the same rows
     if constexpr (XS) {
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
+      for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int u = 0; u < (G32 ? Fm::NG : 1); ++u)
           xsv[n][u] = lds64f(xs_lane + uint32_t(((sc * (KS / UNIT) + u) * 8 * NT + 8 * n) * 4));
-        if constexpr (I16) xcv[n] = lds64f(xs_lane + sums_bytes + uint32_t((sc * 8 * NT + 8 * n) * 4));
-      }
     }
     float q[2][NT][4], xs[2][NT][4];  // two MMA chains of sum((off + q) x), (XS = 0) two of sum(x)
     auto fold = [&](int u) {  // fold unit u of the super-chunk
@@ -255,12 +236,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         if constexpr (XS) {
           float qs[4];  // the unit's sum((off + q) x): F16 has one MMA chain, the nibble paths two
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if constexpr (I16)  // sum((128 + q) x) from the chains of (1024 + q) and (1024 + 16 q)
-              qs[e] = fmaf(q[1][n][e], 0.0625f, q[0][n][e]) - ((e & 1) ? xcv[n].y : xcv[n].x);
-            else
-              qs[e] = F16 ? q[0][n][e] : q[0][n][e] + q[1][n][e];
-          }
+          for (int e = 0; e < 4; ++e) qs[e] = F16 ? q[0][n][e] : q[0][n][e] + q[1][n][e];
           fold4(acc[n], qs, fl, fh, xsv[n][G32 ? u : 0]);
         } else {
 #pragma unroll
@@ -271,36 +247,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         }
       }
     };
-    if constexpr (I16) {
-      // A word's pairs at bits 0 / 8 (low nibbles: 1024 + q) multiply pieces (0, 1) / (4, 5) of the
-      // lane's 8 activations, its pairs at bits 4 / 12 (high nibbles: 1024 + 16 q) pieces (2, 3) /
-      // (6, 7): the same k as the bf16 path, the two MMAs of a word regrouped by nibble height (and
-      // the staging stored the pieces in that order: xv.x, xv.y low; xv.z, xv.w high).
-      // With x~ = fp16(x / 16), X = sum(x~) and X_hi = sum over the high chain's pieces:
-      //   q0 = 1024 (X - X_hi) + sum_lo(q x~),  q1 = 1024 X_hi + 16 sum_hi(q x~),
-      //   q0 + q1 / 16 - (896 X - 960 X_hi) = sum(q x~) + 128 X = sum((128 + q) x~),
-      // the bf16 path's sum, so the fold and the scales {scale, min - 128 scale} are unchanged.
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t wl = word(a_lo, j), wh = word(a_hi, j), wl8 = wl >> 8, wh8 = wh >> 8;
-        const uint32_t l0 = nibble_pair_f16<0x000F000Fu>(wl), l8 = nibble_pair_f16<0x000F000Fu>(wl8),
-                       l4 = nibble_pair_f16<0x00F000F0u>(wl), l12 = nibble_pair_f16<0x00F000F0u>(wl8);
-        const uint32_t h0 = nibble_pair_f16<0x000F000Fu>(wh), h8 = nibble_pair_f16<0x000F000Fu>(wh8),
-                       h4 = nibble_pair_f16<0x00F000F0u>(wh), h12 = nibble_pair_f16<0x00F000F0u>(wh8);
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const uint4& xv = b[n][j];
-          if (j == 0) {
-            mma_acc<true, true>(q[0][n], l0, h0, l8, h8, xv.x, xv.y);
-            mma_acc<true, true>(q[1][n], l4, h4, l12, h12, xv.z, xv.w);
-          } else {
-            mma_acc<false, true>(q[0][n], l0, h0, l8, h8, xv.x, xv.y);
-            mma_acc<false, true>(q[1][n], l4, h4, l12, h12, xv.z, xv.w);
-          }
-        }
-      }
-      fold(0);
-    } else if constexpr (F == QuantFormat::int4) {
+    if constexpr (F == QuantFormat::int4) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {  // word j: 32-wide group j of the super-chunk
         const uint32_t wl = word(a_lo, j), wh = word(a_hi, j);
@@ -400,7 +347,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = XH ? acc[j][e] * (1.0f / kF16XScale) : acc[j][e];
+        red[warp][g + 8 * (e >> 1)][8 * j + 2 * t + (e & 1)] = F16 ? acc[j][e] * (1.0f / kF16XScale) : acc[j][e];
         acc[j][e] = 0.0f;
       }
     int64_t lo0, hi0;
@@ -439,30 +386,14 @@ constexpr int v3_depth() {
 // Shared-memory budget of one block: a grid of 4-warp blocks wants 4 per SM, of 8-warp blocks 2.
 constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
 
-// Whether the kernels with x staged run fp16 MMAs: int8 always (KILN_QGEMV_INT8_F16=0: the bf16
-// nibble path, session 13's A/B), int4 at one fold a super-chunk (KILN_QGEMV_INT4_F16=0: the bf16
-// path, session 15's A/B; groups of 32 keep it, where the fp16 path's extra fold terms would cost
-// more than its cheaper unpacking saves).
-template <QuantFormat F, int SM>
-bool v3_fp16_mma() {
-  if constexpr (F == QuantFormat::int8) {
-    static const bool on = env_switch_on("KILN_QGEMV_INT8_F16");
-    return on;
-  } else if constexpr (F == QuantFormat::int4 && SM != kG32) {
-    static const bool on = env_switch_on("KILN_QGEMV_INT4_F16");
-    return on;
-  } else {
-    return false;
-  }
-}
-
 template <QuantFormat F, int SM, int NT, bool XS, class E>
 void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, int64_t smem, int shift,
                int64_t blocks, cudaStream_t stream) {
   constexpr int D = v3_depth<NT, XS>();
-  const bool h16 = v3_fp16_mma<F, SM>();
+  // KILN_QGEMV_INT8_F16=0: int8 on the bf16 nibble path with x staged too (session 13's A/B).
+  static const bool h16 = env_switch_on("KILN_QGEMV_INT8_F16");
   auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E, true>;
-  if constexpr (XS && (F == QuantFormat::int8 || SM != kG32))  // the only kernels the switches change
+  if constexpr (F == QuantFormat::int8 && XS)  // the only kernels the switch changes
     if (!h16) kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E, false>;
   static bool configured[2] = {false, false};  // raise the dynamic shared-memory limit once per instantiation
   if (XS && !configured[h16]) {
@@ -478,10 +409,9 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
 template <class E>
 constexpr bool kPlainEpilogue = std::is_same_v<E, StoreRows>;
 
-// Shared memory of a block staging x: x sums per fold unit (two arrays for the int4 fp16 path:
-// corrections = true) and the M activation rows.
-int64_t v3_smem_bytes(int64_t K, int m, int nt, int unit, bool corrections) {
-  return (K / unit) * 8 * nt * 4 * (corrections ? 2 : 1) + int64_t(m) * v3_row_stride(K);
+// Shared memory of a block staging x: x sums per fold unit and the M activation rows.
+int64_t v3_smem_bytes(int64_t K, int m, int nt, int unit) {
+  return (K / unit) * 8 * nt * 4 + int64_t(m) * v3_row_stride(K);
 }
 
 template <QuantFormat F, int SM, int NT, class E>
@@ -489,8 +419,7 @@ void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allo
                  cudaStream_t stream) {
   const int64_t tiles = (w.rows + 15) / 16;
   const bool w8 = tiles <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
-  const bool corrections = F == QuantFormat::int4 && v3_fp16_mma<F, SM>();
-  const int64_t smem = v3_smem_bytes(w.cols, m, NT, v3_fold_unit(F, SM), corrections);
+  const int64_t smem = v3_smem_bytes(w.cols, m, NT, v3_fold_unit(F, SM));
   const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
   // Blocks: at most one wave (4-warp blocks: 4 per SM; 8-warp: 2), so each block stages x once and
   // its stream runs through several tiles; persist = false: one tile per block.
@@ -580,10 +509,9 @@ bool qgemv_fusable(const QWeight& w) {
   const bool int4 = w.format == QuantFormat::int4;
   if (!(int4 ? scale_mode<QuantFormat::int4>(w, mode, shift) : scale_mode<QuantFormat::int8>(w, mode, shift)))
     return false;
-  // x staged at M = 1 within a 4-warp block's budget (dispatch_v3 may pick 8-warp blocks: larger),
-  // with the int4 fp16 path's corrections whether or not it is switched on.
+  // x staged at M = 1 within a 4-warp block's budget (dispatch_v3 may pick 8-warp blocks: larger).
   const int unit = v3_fold_unit(w.format, mode);
-  return v3_smem_bytes(w.cols, 1, 1, unit, int4 && mode != kG32) <= kSmemBudget4;
+  return v3_smem_bytes(w.cols, 1, 1, unit) <= kSmemBudget4;
 }
 
 void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream,

@@ -36,27 +36,13 @@ template <uint32_t kSelect>
 __device__ __forceinline__ uint32_t byte_pair_f16(uint32_t w) {
   return __byte_perm(w, 0x64646464u, kSelect);
 }
-// x is staged for it (and for the int4 fp16 path) as fp16(x / 16): a bf16 value of magnitude 2^-13 (1.2e-4) up to 2^20 (1.05e6)
+// x is staged for it as fp16(x / 16): a bf16 value of magnitude 2^-13 (1.2e-4) up to 2^20 (1.05e6)
 // is exact there (bf16's 8 significant bits fit fp16's 11); smaller ones round to fp16's subnormal
 // step (at most 4.8e-7 off, in x's units: about bf16's own rounding at 1.2e-4); from 2^20 on the
 // conversion gives inf and the row's outputs NaN. With the folded RMSNorm, x is the residual times
 // the norm weight, not normalized: Llama-family residuals stay below ~1e4, two decades inside.
 // (`KILN_QGEMV_INT8_F16=0` runs the bf16 nibble path, which has no such bound.)
 constexpr float kF16XScale = 0.0625f;
-
-// int4 with x in shared memory (session 15): the nibbles of w under kMask as an fp16 pair, in one
-// LOP3 against 0x6400 (1024.0): mask 0x000F000F gives (1024 + q, 1024 + q') from bits 0-3 / 16-19,
-// mask 0x00F000F0 gives (1024 + 16 q, 1024 + 16 q') from bits 4-7 / 20-23 (still inside fp16's 10
-// mantissa bits, so no shift); a word's other two pairs take the same two masks on w >> 8. Five
-// instructions a word against the bf16 path's seven (bf16's 7 mantissa bits put bit 7 in the
-// exponent, so every nibble there is shifted down first). The high pairs carry a factor 16 and
-// both kinds an offset, which the fold removes (qgemv_v3.cu).
-template <uint32_t kMask>
-__device__ __forceinline__ uint32_t nibble_pair_f16(uint32_t w) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w), "n"(kMask), "n"(0x64006400u));
-  return r;
-}
 
 // ((w >> kShift) & 0x000F000F) | kBase in one LOP3 (+ one SHF): written as C, the compiler emits two
 // LOP3s (one immediate per LOP3), 11 instructions per word instead of 7 (SASS of the first v3 build).
@@ -124,10 +110,9 @@ __device__ __forceinline__ void fold4(float (&acc)[4], const float (&q)[4], floa
   }
 }
 
-// Shared memory of a block (dynamic): sum(x) per (fold unit, activation row 0 .. 8 NT - 1), for the
-// int4 fp16 path a second such array (the offset correction C of each unit), then (XS) the
-// activation rows < M, each 2K + 64 bytes (the 64-byte pad puts rows g and g + 1 on different
-// banks for the quads' 16-byte loads).
+// Shared memory of a block (dynamic): sum(x) per (fold unit, activation row 0 .. 8 NT - 1), then
+// (XS) the activation rows < M, each 2K + 64 bytes (the 64-byte pad puts rows g and g + 1 on
+// different banks for the quads' 16-byte loads).
 __host__ __device__ constexpr int64_t v3_row_stride(int64_t K) { return 2 * K + 64; }
 
 }  // namespace
