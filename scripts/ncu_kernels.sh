@@ -7,6 +7,10 @@
 # e.g. scripts/ncu_kernels.sh gpu-bundle 'gemm|gemv' 8 -- --random llama3-8b -b 64 -c 512 --steps 1
 # NCU_SKIP skips that many matching launches first (e.g. the prefill that fills the cache before a
 # decode profile: 64 sequences x 512 tokens = 16 steps x 32 layers x 4 GEMMs = 2048).
+# NCU_SOURCE=1: instead of the table, per-instruction warp-state sampling (SourceCounters,
+# WarpStateStats) of the matching launches, saved as $OUT/ncu_source.ncu-rep, exported as
+# $OUT/ncu_source.csv and reduced by scripts/ncu_stalls.py (which instruction the warps wait at, and
+# why; session 15's run 3 is the example, performance/quantization.md).
 set -euo pipefail
 BUNDLE="${1:-gpu-bundle}"
 REGEX="${2:-gemv|gemm|attention|rmsnorm|rope}"
@@ -16,6 +20,16 @@ shift $(( $# < 3 ? $# : 3 ))
 PROFILE_ARGS=("$@")
 [ ${#PROFILE_ARGS[@]} -eq 0 ] && PROFILE_ARGS=(--random llama3-8b -b 1 -c 512 --steps 1)
 OUTDIR="${OUT:-.}"
+if [ "${NCU_SOURCE:-0}" = 1 ]; then
+  ncu --clock-control none --kernel-name "regex:$REGEX" --launch-skip "${NCU_SKIP:-0}" --launch-count "$COUNT" \
+    --section SourceCounters --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
+    -f -o "$OUTDIR/ncu_source" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu.log" 2>&1 || {
+    echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }
+  ncu -i "$OUTDIR/ncu_source.ncu-rep" --page source --csv --print-source sass >"$OUTDIR/ncu_source.csv"
+  python3 "$(dirname "$0")/ncu_stalls.py" "$OUTDIR/ncu_source.csv" --json "$OUTDIR/ncu_stalls.json" |
+    tee "$OUTDIR/ncu_stalls.txt"
+  exit 0
+fi
 STALLS=(long_scoreboard short_scoreboard barrier mio_throttle lg_throttle math_pipe_throttle wait not_selected
         dispatch_stall drain membar no_instruction branch_resolving imc_miss sleeping tex_throttle)
 METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
