@@ -20,9 +20,10 @@ shift $(( $# < 3 ? $# : 3 ))
 PROFILE_ARGS=("$@")
 [ ${#PROFILE_ARGS[@]} -eq 0 ] && PROFILE_ARGS=(--random llama3-8b -b 1 -c 512 --steps 1)
 OUTDIR="${OUT:-.}"
+# Which launches both modes profile, with the clocks left alone.
+SELECT=(--clock-control none --kernel-name "regex:$REGEX" --launch-skip "${NCU_SKIP:-0}" --launch-count "$COUNT")
 if [ "${NCU_SOURCE:-0}" = 1 ]; then
-  ncu --clock-control none --kernel-name "regex:$REGEX" --launch-skip "${NCU_SKIP:-0}" --launch-count "$COUNT" \
-    --section SourceCounters --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
+  ncu "${SELECT[@]}" --section SourceCounters --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
     -f -o "$OUTDIR/ncu_source" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu.log" 2>&1 || {
     echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }
   ncu -i "$OUTDIR/ncu_source.ncu-rep" --page source --csv --print-source sass >"$OUTDIR/ncu_source.csv"
@@ -37,7 +38,7 @@ METRICS+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.
 METRICS+=,launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static
 METRICS+=,lts__t_sector_hit_rate.pct,launch__grid_size,launch__block_size
 for s in "${STALLS[@]}"; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
-ncu --clock-control none --kernel-name "regex:$REGEX" --launch-skip "${NCU_SKIP:-0}" --launch-count "$COUNT" --csv --page raw --print-units base \
+ncu "${SELECT[@]}" --csv --page raw --print-units base \
   --metrics "$METRICS" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu_raw.csv" 2>"$OUTDIR/ncu.log" || {
   echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }
 python3 - "$OUTDIR/ncu_raw.csv" <<'PY' | tee "$OUTDIR/ncu_table.txt"

@@ -54,13 +54,16 @@ def reduce_kernel(name, header, data, top):
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
     totals = {h: 0 for h in reasons}
     total, hot = 0, []
+    cell = lambda r, h: as_int(r[col[h]]) if col[h] < len(r) else 0  # short rows: missing cells are 0
     for r in data:
-        s = as_int(r[col[SAMPLES]]) if col[SAMPLES] < len(r) else 0
+        s = cell(r, SAMPLES)
         total += s
-        per = {h[len("stall_"):]: as_int(r[col[h]]) for h in reasons if col[h] < len(r) and as_int(r[col[h]])}
+        per = {}
         for h in reasons:
-            if col[h] < len(r):
-                totals[h] += as_int(r[col[h]])
+            v = cell(r, h)
+            totals[h] += v
+            if v:
+                per[h[len("stall_"):]] = v
         if s:
             hot.append({"address": r[col["Address"]], "sass": r[col["Source"]].strip(), "samples": s,
                         "reasons": dict(sorted(per.items(), key=lambda kv: -kv[1])[:3])})
