@@ -119,6 +119,8 @@ inline std::string shape_name(const MatShape& s, int64_t m) {
 void probe_wgmma_prefill();
 void bench_attention(double copy_gbs);
 void bench_decode_batched(double copy_gbs);  // also part of bench_attention
+// The batched paged decode over an engine-shaped pool of 32 layers (kernel_lab_kv_pool.cpp, --kv-pool).
+void bench_decode_kv_pool(double copy_gbs);
 // The fp8 prefill GEMMs (kernel_lab_fp8.cpp, --fp8-gemm) at each M against cuBLASLt fp8 and bf16.
 void bench_fp8_gemm(double copy_gbs, cuda::CublasGemm& cublas, const std::vector<MatShape>& shapes,
                     const std::vector<int64_t>& ms);

@@ -169,7 +169,10 @@ struct ShuffledPagedKv {
 
 // Paged decode at the continuous-batching engine's shape: many sequences, short contexts (2048 x
 // 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). "kiln" is the
-// streaming kernel (session 14, attention_decode_stream.cu); "split" the split kernel it replaced,
+// default; "stream" the streaming kernel (session 14, attention_decode_stream.cu), "slices" the
+// slice kernel (session 16, attention_decode_slices.cu; the default from one pair per
+// resident warp), each forced; 143 and 207 positions are the engine's profile lengths (a partial last tile
+// of 64); "split" the split kernel the streaming kernel replaced,
 // and that kernel's tunings (2 stages with 3 blocks per SM, 4 stages, no PDL). "L=128..256": the
 // lengths rising with the sequence index, as the engine's admission order leaves them.
 // `kernel_lab --attention-batch` runs only this.
@@ -177,8 +180,8 @@ void bench_decode_batched(double copy_gbs) {
   const int heads = 32, kv_heads = 8, d = 128;
   const int64_t kv_dim = kv_heads * d;
   for (auto [batch, len] :
-       {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {512, 192}, {2048, -256}, {64, 128},
-        {64, 512}, {96, 512}, {128, 512}, {256, 512}, {64, 2048}}) {
+       {std::pair<int64_t, int64_t>{2048, 128}, {2048, 192}, {2048, 256}, {2048, 143}, {2048, 207}, {1024, 192},
+        {512, 192}, {2048, -256}, {64, 128}, {64, 512}, {96, 512}, {128, 512}, {256, 512}, {64, 2048}}) {
     const bool ramp = len < 0;  // lengths 128..256 over the batch
     len = std::abs(len);
     const ShuffledPagedKv pool(batch, len, kv_dim, d, 9, 11);
@@ -201,7 +204,9 @@ void bench_decode_batched(double copy_gbs) {
     char shape[64];
     std::snprintf(shape, sizeof shape, "paged decode b=%lld L=%s%lld", (long long)batch, ramp ? "129.." : "",
                   (long long)len);
-    for (const DecodeVariant& var : {DecodeVariant{"kiln", {}}, DecodeVariant{"split", {0, 0, -1, -1, -1, 0}},
+    for (const DecodeVariant& var : {DecodeVariant{"kiln", {}}, DecodeVariant{"stream", {0, 0, -1, -1, -1, 1, 0}},
+                                     DecodeVariant{"slices", {0, 0, -1, -1, -1, 1, 1}},
+                                     DecodeVariant{"split", {0, 0, -1, -1, -1, 0}},
                                      DecodeVariant{"s2", {2, 0, -1, -1, -1, 0}},
                                      DecodeVariant{"s4", {4, 0, -1, -1, -1, 0}},
                                      DecodeVariant{"s3nopdl", {3, 0, -1, -1, 0, 0}}}) {

@@ -232,11 +232,26 @@ TEST(GpuAttention, DecodeStreamEqualsTheSplitKernelBitwise) {
     split.stream = 0;
     cuda::DecodeTuning stream;
     stream.stream = 1;
+    stream.slices = 0;  // the slice kernel sums in another order (DecodeSlicesKernel)
     const std::vector<float> a = c.outputs(split), b = c.outputs(stream);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
     c.run();  // the default (streaming where it applies) against the CPU reference
   }
+}
+
+// The slice kernel (attention_decode_slices.cu) forced at 400 sequences of lengths 1..300 on the
+// contiguous layout, every head shape of the suite (the groups of 12 and 20 query heads keep the
+// split kernel), against the CPU reference; and at 600 x 8 pairs, past kDecodeSlicesMinPairsPerWarp
+// pairs per resident warp on an H200 (1056 warps), where the default takes it.
+TEST(GpuAttention, DecodeSlicesKernel) {
+  KILN_REQUIRE_GPU();
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back(Case{16, 2, 64});
+  cuda::DecodeTuning slices;
+  slices.slices = 1;
+  for (Case cs : cases) DecodeCase(cs, cycled_lengths(400), 320).run(slices);
+  check_decode(Case{32, 8, 128}, cycled_lengths(600), 320);
 }
 
 // Every tuning the kernel lab compares (stages 2/3/4, 1-4 waves of splits, combine with and without

@@ -137,6 +137,38 @@ TEST(GpuPagedAttention, DecodeManySequencesOneSplitEach) {
   check_decode(Case{32, 8, 128}, lens, 16);
 }
 
+// The slice kernel (attention_decode_slices.cu: a K/V stream per warp in 16-position slices, the
+// default from several pairs per resident warp on) forced at batches of one split block per pair:
+// odd lengths around the slice and block edges, block sizes below, at and above the slice, every
+// head shape of the suite it serves; then paged against contiguous bit for bit, as the other
+// kernels (an identity table makes the pool the contiguous layout).
+TEST(GpuPagedAttention, DecodeSlicesKernel) {
+  KILN_REQUIRE_GPU();
+  cuda::DecodeTuning slices;
+  slices.slices = 1;
+  std::vector<int64_t> many(400);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = kDecodeLens[i % kDecodeLens.size()];
+  for (Case cs : kCases) check_decode(cs, many, 16, 0, slices);
+  for (int64_t bs : {1, 8, 32}) check_decode(Case{32, 8, 128}, many, bs, 0, slices);
+  for (Case cs : {Case{8, 2, 64}, Case{32, 8, 128}}) {
+    const int64_t bs = 16, kv_dim = int64_t(cs.kv_heads) * cs.d, batch = int64_t(many.size());
+    PagedKv pkv(many, bs, kv_dim, 33, /*identity=*/true);
+    const int64_t capacity = pkv.S * bs;
+    auto dq = to_device_bf16(random_bf16_values(size_t(batch * cs.heads * cs.d), 34, 2.0f));
+    std::vector<int32_t> lens32(many.begin(), many.end());
+    DeviceBuffer<int32_t> dlen(lens32);
+    DeviceBuffer<float> ws(size_t(cuda::decode_workspace_floats(batch, cs.heads, cs.d, capacity)));
+    DeviceBuffer<bf16> out_paged(size_t(batch * cs.heads * cs.d)), out_contig(out_paged.size());
+    auto wsv = cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, capacity);
+    cuda::attention_decode_tuned(slices, dq.data(), pkv.layout(cs.d), dlen.data(), capacity, out_paged.data(), wsv,
+                                 batch, cs.heads, cs.kv_heads, cs.d, nullptr);
+    cuda::KvLayout contig{pkv.dk.data(), pkv.dv.data(), capacity * kv_dim, kv_dim, cs.d};
+    cuda::attention_decode_tuned(slices, dq.data(), contig, dlen.data(), capacity, out_contig.data(), wsv, batch,
+                                 cs.heads, cs.kv_heads, cs.d, nullptr);
+    EXPECT_EQ(from_device_bf16(out_paged), from_device_bf16(out_contig)) << "d " << cs.d;
+  }
+}
+
 // The paged kernel's other pipeline depths (2 and 4 stages, instantiated for d 128 for the kernel
 // lab and KILN_ATTN_DECODE_STAGES), few sequences (several splits) and many (one split each).
 TEST(GpuPagedAttention, DecodeStages) {

@@ -100,6 +100,10 @@ struct DecodeTuning {
   int interleave = -1;
   int split_pdl = -1;  // launch the split kernel itself with PDL (sm_90+; -1: on unless KILN_ATTN_SPLIT_PDL=0)
   int stream = -1;     // at P = 1, the streaming kernel (attention_decode_stream.h; -1: unless KILN_ATTN_DECODE_STREAM=0)
+  // Where the streaming kernel would run, the slice kernel (attention_decode_slices.h) instead:
+  // -1: from kDecodeSlicesMinPairsPerWarp pairs per resident warp on, unless KILN_ATTN_DECODE_SLICES=0;
+  // 0: never; 1: at any batch (the lab's measure of the threshold).
+  int slices = -1;
 };
 void attention_decode_tuned(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
                             int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,

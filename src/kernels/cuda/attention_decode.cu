@@ -34,7 +34,9 @@
 // At one split block per (sequence, head group) -- P = 1 -- the host runs the streaming kernel
 // instead (attention_decode_stream.cu, session 14: the same tiles and merge as a persistent stream
 // over the pairs, bit-identical outputs) when the group has at most 8 query heads and two of its
-// blocks fit on a SM.
+// blocks fit on a SM; and from one pair per resident warp on, the slice kernel instead of that
+// (attention_decode_slices.cu, session 16: a K/V stream per warp in 16-position slices, so partial
+// 64-position tiles no longer hold a tile slot each; same math, another fp32 summation order).
 //
 // Fallback (attention_decode_fp32.cu: the previous CUDA-core kernel, fixed 256-position splits over
 // the capacity) when pointers or strides are not 16-byte aligned.
@@ -48,6 +50,7 @@
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode_combine.h"
+#include "kernels/cuda/attention_decode_slices.h"
 #include "kernels/cuda/attention_decode_stream.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention_mma.h"
@@ -345,8 +348,19 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   // (Only with the default 3 stages: the other counts are the split kernel's tunings, for the lab.)
   if (P == 1 && kStages == 3 && (tune.stream < 0 ? stream_env : tune.stream != 0) &&
       decode_stream_applies(n_heads, n_kv_heads, head_dim) &&
-      decode_stream_blocks_per_sm(n_heads, n_kv_heads, head_dim, kPaged) >= 2)
+      decode_stream_blocks_per_sm(n_heads, n_kv_heads, head_dim, kPaged) >= 2) {
+    // The slice kernel where the batch gives every resident warp several pairs (a warp is its unit
+    // of work: fewer pairs a warp leave the grid's last warps running alone) and two of its
+    // blocks fit a SM (attention_decode_slices.cu).
+    static const bool slices_env = env_switch_on("KILN_ATTN_DECODE_SLICES");
+    if (tune.slices != 0 && (tune.slices > 0 || slices_env) && decode_slices_applies(n_heads, n_kv_heads, head_dim)) {
+      const DecodeSlicesFit fit = decode_slices_fit(n_heads, n_kv_heads, head_dim, kPaged);
+      if (fit.blocks_per_sm >= 2 &&
+          (tune.slices > 0 || batch * n_kv_heads >= kDecodeSlicesMinPairsPerWarp * fit.resident_warps))
+        return attention_decode_slices(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, stream);
+    }
     return attention_decode_stream(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, stream);
+  }
   dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
   // The split kernel itself with PDL (its older K/V tiles start loading while the kernel that wrote

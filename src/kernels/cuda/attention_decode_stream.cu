@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
 #include "kernels/cuda/attention_decode_stream.h"
+#include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -62,51 +63,6 @@ __device__ __forceinline__ void load_q_frags8(uint32_t (&qf)[D / 16][4], const b
   for (int kk = 0; kk < D / 16; ++kk) attn::ldmatrix_x4(qf[kk], qs + attn::swz<D>(r, kk * 2 + (lane >> 4)));
 }
 
-// Where a block is in its stream: pair (b, kvh) -- the block's pairs are blockIdx.x, + gridDim.x,
-// ... in (sequence, KV head) order -- at tile `tile` of its n_tiles; b >= batch once done. The next
-// pair's length is loaded one pair ahead (next_len), so stepping to a pair never waits on a load,
-// and (b, kvh) advance by the stride's quotient and remainder instead of a 64-bit division a tile.
-struct StreamCursor {
-  int b, kvh, tile, n_tiles, len, next_len;
-};
-
-struct StreamWalk {
-  const int32_t* kv_len;
-  int batch, n_kv_heads, step_b, step_h;  // the grid stride as (sequences, KV heads)
-
-  __device__ __forceinline__ void step(int& b, int& kvh) const {
-    kvh += step_h;
-    b += step_b;
-    if (kvh >= n_kv_heads) kvh -= n_kv_heads, ++b;
-  }
-  __device__ __forceinline__ int len_of(int b) const { return b < batch ? kv_len[b] : 0; }
-  __device__ __forceinline__ StreamCursor start(int64_t j) const {
-    StreamCursor c;
-    c.b = int(j / n_kv_heads);
-    c.kvh = int(j % n_kv_heads);
-    c.tile = 0;
-    c.len = len_of(c.b);
-    c.n_tiles = (c.len + attn::kTileKv - 1) / attn::kTileKv;
-    int b2 = c.b, h2 = c.kvh;
-    step(b2, h2);
-    c.next_len = len_of(b2);
-    settle(c);
-    return c;
-  }
-  // On to the next pair with a tile left (pairs of length 0 have none).
-  __device__ __forceinline__ void settle(StreamCursor& c) const {
-    while (c.b < batch && c.tile >= c.n_tiles) {
-      step(c.b, c.kvh);
-      c.tile = 0;
-      c.len = c.next_len;
-      c.n_tiles = (c.len + attn::kTileKv - 1) / attn::kTileKv;
-      int b2 = c.b, h2 = c.kvh;
-      step(b2, h2);
-      c.next_len = len_of(b2);  // in flight until the cursor leaves this pair
-    }
-  }
-};
-
 template <int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads, 2)
     decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
@@ -123,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto q_slot = [&](int st) { return k_stage(st) + 2 * kTileKv * D; };
   const int warp = threadIdx.x / 32;
 
-  const StreamWalk walk{kv_len, batch, n_kv_heads, int(gridDim.x / n_kv_heads), int(gridDim.x % n_kv_heads)};
+  const StreamWalk<kTileKv> walk(kv_len, batch, n_kv_heads, int(gridDim.x));  // a block is a worker
   StreamCursor rq = walk.start(blockIdx.x);  // the next tile to request
   StreamCursor cc = rq;                      // the next tile to compute
 

@@ -72,17 +72,23 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 // Asynchronously loads rows [0, R) of a tile: row r comes from row_ptr(r) (a bf16 pointer, only
 // called for valid rows), chunks at or past d / 8 and rows at or past n_rows are zero-filled.
 template <int D, int R, int kThreads, typename RowPtr>
-__device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, RowPtr row_ptr, const bf16* any) {
+__device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, RowPtr row_ptr, const bf16* any,
+                                                int tid) {
   constexpr int kChunks = D / 8, kIters = (R * kChunks + kThreads - 1) / kThreads;
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
-    const int i = it * kThreads + int(threadIdx.x);
+    const int i = it * kThreads + tid;
     if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
     const int r = i / kChunks, c = i % kChunks;
     const bool ok = r < n_rows && c * 8 < d;
     const bf16* src = ok ? row_ptr(r) + c * 8 : any;
     cp_async16(tile + swz<D>(r, c), src, ok);
   }
+}
+// The copying threads are the block's kThreads (tid = threadIdx.x; a warp's own tiles pass its lane).
+template <int D, int R, int kThreads, typename RowPtr>
+__device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, RowPtr row_ptr, const bf16* any) {
+  load_tile_async<D, R, kThreads>(tile, n_rows, d, row_ptr, any, int(threadIdx.x));
 }
 
 // Paged K/V tiles (kv_layout.h's paged form) of R positions: fetch() loads into registers the
@@ -94,12 +100,13 @@ template <int D, int R, int kThreads>
 struct PagedTileLoader {
   static constexpr int kChunks = D / 8, kIters = (R * kChunks + kThreads - 1) / kThreads;
   int32_t blk[kIters];
+  int tid = int(threadIdx.x);  // this thread's index among the kThreads copying (a warp's own tiles: its lane)
 
   // bt: this sequence's block-table row; the tile holds positions p0 .. p0 + n_rows - 1.
   __device__ __forceinline__ void fetch(const int32_t* bt, int shift, int p0, int n_rows) {
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int i = it * kThreads + int(threadIdx.x), r = i / kChunks;
+      const int i = it * kThreads + tid, r = i / kChunks;
       blk[it] = (i < R * kChunks && r < n_rows) ? __ldg(bt + ((p0 + r) >> shift)) : 0;
     }
   }
@@ -110,13 +117,13 @@ struct PagedTileLoader {
     int64_t off[kIters];
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int i = it * kThreads + int(threadIdx.x), r = i / kChunks;
+      const int i = it * kThreads + tid, r = i / kChunks;
       const int64_t slot = (int64_t(blk[it]) << kv.block_shift) | ((p0 + r) & mask);
       off[it] = kv.slot_offset(slot, kv_head);
     }
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int i = it * kThreads + int(threadIdx.x);
+      const int i = it * kThreads + tid;
       if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
       const int r = i / kChunks, c = i % kChunks;
       const bool ok = r < n_rows && c * 8 < d;
@@ -124,7 +131,7 @@ struct PagedTileLoader {
     }
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int i = it * kThreads + int(threadIdx.x);
+      const int i = it * kThreads + tid;
       if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
       const int r = i / kChunks, c = i % kChunks;
       const bool ok = r < n_rows && c * 8 < d;

@@ -1,0 +1,238 @@
+// Decode attention at many sequences as one K/V stream per warp, in slices of 16 positions (session 16).
+//
+// Why: the streaming kernel (attention_decode_stream.cu) moves K/V in tiles of 64 positions, 4
+// warps a tile, 2 tiles in flight a block; its time goes by tile steps, not bytes. The kernel
+// lab measured it at 92% of copy at 2048 x 192 positions (3 full tiles a pair), and the engine's
+// 2048-row step at ~207 positions, 4 tiles of which the last holds 15 rows, took 601 us a layer
+// against 438 (session 16, run 1; 4 / 3 of 438 is 584): a tile slot carrying 15 rows keeps as few
+// bytes in flight as it carries, for a full tile's time. With lengths spread over 129..256 (the
+// 2048 x 128/128 run) the slots are ~86% full on average.
+//
+// Here every warp is its own worker: it takes pairs w, w + W, ... (W = the grid's warps) and runs a
+// ring of kSlots slices of 16 positions (K and V, 8 KB at d 128) through its own part of shared
+// memory, the pair's q beside each slice's slot, with cp.async groups and __syncwarp only -- no
+// block barrier, no merge of warps: the warp owns the pair's whole online softmax and writes the
+// normalized output itself. The slots are full to within 16 rows a pair (98-99% at 130..256
+// positions). Bytes in flight match the streaming kernel's: 2 slices a warp, 8 warps a SM at d
+// 128 (128 KB). The price: a warp is a coarser unit of work than a block's share of a tile, so
+// the grid needs several pairs per warp to stay balanced (the host takes this kernel from
+// kDecodeSlicesMinPairsPerWarp pairs per resident warp on), and the fp32 sums run in another order than
+// the streaming kernel's (same math; the outputs differ in the last bits, tested against the
+// fp32 reference).
+//
+// Shared memory per warp: kSlots q slots of `group` rows (ldmatrix reads 8 rows: rows >= group
+// read the next slot's, or slot 0's K, whose results are never used), then kSlots x (K, V) slices.
+// PDL as the streaming kernel: when the warp's first pair has more slices than it requests up
+// front, those older slices load before griddepcontrol.wait and the pair's q after it.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/attention_decode_slices.h"
+#include "kernels/cuda/attention_decode_walk.cuh"
+#include "kernels/cuda/attention_mma.h"
+#include "kernels/cuda/pdl.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kSlice = 16, kSlots = 3, kMaxGroup = 8;
+
+template <int D>
+constexpr int kSliceElems = 2 * kSlice * D;  // K then V of one slot
+// Shared memory of one warp, in bf16 elements: q slots, then the slices.
+template <int D>
+__host__ __device__ constexpr int warp_elems(int group) {
+  return kSlots * group * D + kSlots * kSliceElems<D>;
+}
+template <int D>
+size_t slices_smem_bytes(int group) {
+  return size_t(kWarps) * warp_elems<D>(group) * sizeof(bf16);
+}
+
+template <int D, bool kPaged>
+__global__ void __launch_bounds__(kThreads, 2)
+    decode_slices_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
+                         bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
+                         float scale_log2) {
+  using namespace attn;
+  extern __shared__ uint4 smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  bf16* const mine = reinterpret_cast<bf16*>(smem_raw) + warp * warp_elems<D>(group);
+  auto q_slot = [&](int st) { return mine + st * group * D; };
+  auto k_slot = [&](int st) { return mine + kSlots * group * D + st * kSliceElems<D>; };
+  auto v_slot = [&](int st) { return k_slot(st) + kSlice * D; };
+
+  const StreamWalk<kSlice> walk(kv_len, batch, n_kv_heads, int(gridDim.x) * kWarps);  // a warp is a worker
+  StreamCursor rq = walk.start(int64_t(blockIdx.x) * kWarps + warp);  // the next slice to request
+  StreamCursor cc = rq;                                               // the next slice to compute
+
+  [[maybe_unused]] PagedTileLoader<D, kSlice, 32> paged;  // kPaged: the block ids of rq's slice
+  if constexpr (kPaged) paged.tid = lane;
+  auto fetch_ids = [&] {
+    if constexpr (kPaged) {
+      if (rq.b < batch)
+        paged.fetch(kv.block_table + int64_t(rq.b) * kv.bt_stride, kv.block_shift, rq.tile * kSlice,
+                    min(kSlice, rq.len - rq.tile * kSlice));
+    }
+  };
+  auto load_q = [&](int st, int b, int kvh) {  // the pair's `group` query heads, only those rows
+    const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
+    bf16* const qs = q_slot(st);
+    for (int i = lane; i < group * (D / 8); i += 32) {
+      const int r = i / (D / 8), c = i % (D / 8);
+      const bool ok = c * 8 < d;
+      cp_async16(qs + swz<D>(r, c), ok ? qb + r * d + c * 8 : q, ok);
+    }
+  };
+  // Requests rq's slice into slot st (with the pair's q when it is the pair's first, unless with_q
+  // is false) as one cp.async group -- an empty one past the end, so the count per iteration stays
+  // fixed -- then moves rq on and fetches the next slice's block ids.
+  auto request = [&](int st, bool with_q = true) {
+    if (rq.b < batch) {
+      const int b = rq.b, kvh = rq.kvh;
+      const int k0 = rq.tile * kSlice, n = min(kSlice, rq.len - k0);
+      if constexpr (kPaged) {
+        paged.load(k_slot(st), v_slot(st), kv, kvh, k0, n, d);
+      } else {
+        load_tile_async<D, kSlice, 32>(
+            k_slot(st), n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k, lane);
+        load_tile_async<D, kSlice, 32>(
+            v_slot(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v, lane);
+      }
+      if (rq.tile == 0 && with_q) load_q(st, b, kvh);
+      ++rq.tile;
+      walk.settle(rq);
+      fetch_ids();
+    }
+    cp_async_commit();
+  };
+
+  // The prologue (the streaming kernel's rule): q and the newest K/V row were written by the kernels
+  // before this one; older slices of the first pair may load before pdl_wait.
+  fetch_ids();
+  const bool early = rq.b < batch && rq.n_tiles > kSlots - 1;
+  const int b0 = rq.b, kvh0 = rq.kvh;
+  if (early) {
+#pragma unroll
+    for (int st = 0; st < kSlots - 1; ++st) request(st, false);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  if (early) {
+    load_q(0, b0, kvh0);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncwarp();
+  } else {
+#pragma unroll
+    for (int st = 0; st < kSlots - 1; ++st) request(st);
+  }
+
+  uint32_t qf[D / 16][4];
+  float m[2], l[2], o[D / 8][4];
+  for (int item = 0; cc.b < batch; ++item) {
+    cp_async_wait<kSlots - 2>();
+    __syncwarp();  // item's slice (and q) landed for every lane; every lane is done with item - 1's slot
+    request((item + kSlots - 1) % kSlots);
+    const int st = item % kSlots;
+    if (cc.tile == 0) {  // a new pair: its q, fresh softmax state
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], q_slot(st) + swz<D>(lane & 7, kk * 2 + (lane >> 4)));
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    }
+    const int visible_n = min(kSlice, cc.len - cc.tile * kSlice);
+    if (visible_n >= kSlice)
+      attend_tile<D, kSlice, false>(qf, k_slot(st), v_slot(st), 0, m, l, o, scale_log2, [](int, int) { return true; });
+    else
+      attend_tile<D, kSlice, true>(qf, k_slot(st), v_slot(st), 0, m, l, o, scale_log2,
+                                   [&](int, int key) { return key < visible_n; });
+    if (cc.tile == cc.n_tiles - 1) {  // the pair's last slice: its query heads out (rows 8..15 repeat 0..7)
+      const float den = quad_sum(l[0]);
+      if (g < group) {
+        bf16* dst = out + (int64_t(cc.b) * n_heads + int64_t(cc.kvh) * group + g) * d;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          const int c = n * 8 + 2 * t;
+          if (c < d) *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o[n][0] / den, o[n][1] / den);
+        }
+      }
+    }
+    ++cc.tile;
+    walk.settle(cc);
+  }
+  cp_async_wait<0>();
+}
+
+template <int D, bool kPaged>
+struct SlicesOccupancy {
+  int sms = 0;
+  int per_sm[kMaxGroup + 1] = {};
+  static const SlicesOccupancy& get() {
+    static const SlicesOccupancy o = [] {
+      SlicesOccupancy r;
+      constexpr auto kernel = decode_slices_kernel<D, kPaged>;
+      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(slices_smem_bytes<D>(kMaxGroup))));
+      int dev = 0;
+      KILN_CUDA_CHECK(cudaGetDevice(&dev));
+      KILN_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
+      for (int gr = 1; gr <= kMaxGroup; ++gr)
+        KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm[gr], kernel, kThreads,
+                                                                      slices_smem_bytes<D>(gr)));
+      return r;
+    }();
+    return o;
+  }
+};
+
+template <class F>
+decltype(auto) with_slices_kernel(int head_dim, bool paged, F&& f) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (head_dim <= 64) return paged ? f(D64{}, std::true_type{}) : f(D64{}, std::false_type{});
+  return paged ? f(D128{}, std::true_type{}) : f(D128{}, std::false_type{});
+}
+
+}  // namespace
+
+bool decode_slices_applies(int n_heads, int n_kv_heads, int head_dim) {
+  const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
+  return group >= 1 && group <= kMaxGroup && head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim;
+}
+
+DecodeSlicesFit decode_slices_fit(int n_heads, int n_kv_heads, int head_dim, bool paged) {
+  const int group = n_heads / n_kv_heads;
+  return with_slices_kernel(head_dim, paged, [&](auto d, auto p) {
+    const auto& occ = SlicesOccupancy<decltype(d)::value, decltype(p)::value>::get();
+    return DecodeSlicesFit{occ.per_sm[group], int64_t(occ.sms) * occ.per_sm[group] * kWarps};
+  });
+}
+
+void attention_decode_slices(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
+                             int n_heads, int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(decode_slices_applies(n_heads, n_kv_heads, head_dim),
+                    "attention: the slice decode kernel needs at most 8 query heads per KV head");
+  if (batch == 0) return;
+  const int group = n_heads / n_kv_heads;
+  with_slices_kernel(head_dim, kv.paged(), [&](auto dt, auto pt) {
+    constexpr int D = decltype(dt)::value;
+    constexpr bool P = decltype(pt)::value;
+    const auto& occ = SlicesOccupancy<D, P>::get();
+    const int64_t pairs = batch * n_kv_heads;
+    const int64_t blocks = std::min<int64_t>((pairs + kWarps - 1) / kWarps, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
+    const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
+    launch_maybe_pdl(pdl, decode_slices_kernel<D, P>, dim3(unsigned(blocks)), dim3(kThreads),
+                     slices_smem_bytes<D>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group, head_dim,
+                     int(batch), scale_log2);
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace kiln::cuda
