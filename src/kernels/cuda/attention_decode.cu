@@ -349,9 +349,9 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   if (P == 1 && kStages == 3 && (tune.stream < 0 ? stream_env : tune.stream != 0) &&
       decode_stream_applies(n_heads, n_kv_heads, head_dim) &&
       decode_stream_blocks_per_sm(n_heads, n_kv_heads, head_dim, kPaged) >= 2) {
-    // The slice kernel where the batch gives every resident warp several pairs (a warp is its unit
-    // of work: fewer pairs a warp leave the grid's last warps running alone) and two of its
-    // blocks fit a SM (attention_decode_slices.cu).
+    // The slice kernel from one pair per resident warp on (a warp is its unit of work: with fewer
+    // pairs SM slots stay empty that the streaming kernel's blocks, 4 warps a pair, fill), where
+    // two of its blocks fit a SM (attention_decode_slices.cu).
     static const bool slices_env = env_switch_on("KILN_ATTN_DECODE_SLICES");
     if (tune.slices != 0 && (tune.slices > 0 || slices_env) && decode_slices_applies(n_heads, n_kv_heads, head_dim)) {
       const DecodeSlicesFit fit = decode_slices_fit(n_heads, n_kv_heads, head_dim, kPaged);

@@ -15,7 +15,7 @@
 // normalized output itself. The slots are full to within 16 rows a pair (98-99% at 130..256
 // positions). Bytes in flight match the streaming kernel's: 2 slices a warp, 8 warps a SM at d
 // 128 (128 KB). The price: a warp is a coarser unit of work than a block's share of a tile, so
-// the grid needs several pairs per warp to stay balanced (the host takes this kernel from
+// with fewer pairs than resident warps SM slots stay empty (the host takes this kernel from
 // kDecodeSlicesMinPairsPerWarp pairs per resident warp on), and the fp32 sums run in another order than
 // the streaming kernel's (same math; the outputs differ in the last bits, tested against the
 // fp32 reference).
@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/attention_decode_occupancy.h"
 #include "kernels/cuda/attention_decode_slices.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/attention_mma.h"
@@ -39,7 +40,7 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps, kSlice = 16, kSlots = 3, kMaxGroup = 8;
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kSlice = 16, kSlots = 3, kMaxGroup = kDecodeMaxGroup;
 
 template <int D>
 constexpr int kSliceElems = 2 * kSlice * D;  // K then V of one slot
@@ -93,17 +94,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // fixed -- then moves rq on and fetches the next slice's block ids.
   auto request = [&](int st, bool with_q = true) {
     if (rq.b < batch) {
-      const int b = rq.b, kvh = rq.kvh;
-      const int k0 = rq.tile * kSlice, n = min(kSlice, rq.len - k0);
-      if constexpr (kPaged) {
-        paged.load(k_slot(st), v_slot(st), kv, kvh, k0, n, d);
-      } else {
-        load_tile_async<D, kSlice, 32>(
-            k_slot(st), n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k, lane);
-        load_tile_async<D, kSlice, 32>(
-            v_slot(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v, lane);
-      }
-      if (rq.tile == 0 && with_q) load_q(st, b, kvh);
+      load_kv_tile<D, kSlice, 32, kPaged>(rq, kv, paged, k_slot(st), v_slot(st), d, lane);
+      if (rq.tile == 0 && with_q) load_q(st, rq.b, rq.kvh);
       ++rq.tile;
       walk.settle(rq);
       fetch_ids();
@@ -111,26 +103,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit();
   };
 
-  // The prologue (the streaming kernel's rule): q and the newest K/V row were written by the kernels
-  // before this one; older slices of the first pair may load before pdl_wait.
   fetch_ids();
-  const bool early = rq.b < batch && rq.n_tiles > kSlots - 1;
-  const int b0 = rq.b, kvh0 = rq.kvh;
-  if (early) {
-#pragma unroll
-    for (int st = 0; st < kSlots - 1; ++st) request(st, false);
-  }
-  pdl_wait();
-  pdl_launch_dependents();
-  if (early) {
-    load_q(0, b0, kvh0);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncwarp();
-  } else {
-#pragma unroll
-    for (int st = 0; st < kSlots - 1; ++st) request(st);
-  }
+  stream_prologue<kSlots>(rq, batch, request, load_q, [] { __syncwarp(); });
 
   uint32_t qf[D / 16][4];
   float m[2], l[2], o[D / 8][4];
@@ -170,34 +144,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   cp_async_wait<0>();
 }
 
+// The kernel's attribute and its blocks per SM for each group size, set up once per instantiation.
 template <int D, bool kPaged>
-struct SlicesOccupancy {
-  int sms = 0;
-  int per_sm[kMaxGroup + 1] = {};
-  static const SlicesOccupancy& get() {
-    static const SlicesOccupancy o = [] {
-      SlicesOccupancy r;
-      constexpr auto kernel = decode_slices_kernel<D, kPaged>;
-      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(slices_smem_bytes<D>(kMaxGroup))));
-      int dev = 0;
-      KILN_CUDA_CHECK(cudaGetDevice(&dev));
-      KILN_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
-      for (int gr = 1; gr <= kMaxGroup; ++gr)
-        KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm[gr], kernel, kThreads,
-                                                                      slices_smem_bytes<D>(gr)));
-      return r;
-    }();
-    return o;
-  }
-};
-
-template <class F>
-decltype(auto) with_slices_kernel(int head_dim, bool paged, F&& f) {
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  if (head_dim <= 64) return paged ? f(D64{}, std::true_type{}) : f(D64{}, std::false_type{});
-  return paged ? f(D128{}, std::true_type{}) : f(D128{}, std::false_type{});
+const GroupOccupancy& slices_occupancy() {
+  static const GroupOccupancy o =
+      measure_group_occupancy(decode_slices_kernel<D, kPaged>, kThreads, [](int g) { return slices_smem_bytes<D>(g); });
+  return o;
 }
 
 }  // namespace
@@ -209,8 +161,8 @@ bool decode_slices_applies(int n_heads, int n_kv_heads, int head_dim) {
 
 DecodeSlicesFit decode_slices_fit(int n_heads, int n_kv_heads, int head_dim, bool paged) {
   const int group = n_heads / n_kv_heads;
-  return with_slices_kernel(head_dim, paged, [&](auto d, auto p) {
-    const auto& occ = SlicesOccupancy<decltype(d)::value, decltype(p)::value>::get();
+  return with_decode_instance(head_dim, paged, [&](auto d, auto p) {
+    const GroupOccupancy& occ = slices_occupancy<decltype(d)::value, decltype(p)::value>();
     return DecodeSlicesFit{occ.per_sm[group], int64_t(occ.sms) * occ.per_sm[group] * kWarps};
   });
 }
@@ -221,10 +173,10 @@ void attention_decode_slices(const bf16* q, const KvLayout& kv, const int32_t* k
                     "attention: the slice decode kernel needs at most 8 query heads per KV head");
   if (batch == 0) return;
   const int group = n_heads / n_kv_heads;
-  with_slices_kernel(head_dim, kv.paged(), [&](auto dt, auto pt) {
+  with_decode_instance(head_dim, kv.paged(), [&](auto dt, auto pt) {
     constexpr int D = decltype(dt)::value;
     constexpr bool P = decltype(pt)::value;
-    const auto& occ = SlicesOccupancy<D, P>::get();
+    const GroupOccupancy& occ = slices_occupancy<D, P>();
     const int64_t pairs = batch * n_kv_heads;
     const int64_t blocks = std::min<int64_t>((pairs + kWarps - 1) / kWarps, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
     const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));

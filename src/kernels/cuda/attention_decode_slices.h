@@ -1,7 +1,7 @@
 // The slice decode attention for many sequences (attention_decode_slices.cu, session 16): a
 // persistent grid whose every warp runs its own K/V stream over its (sequence, KV head) pairs in
-// slices of 16 positions. attention_decode takes it where the streaming kernel would run and the
-// batch gives every resident warp several pairs (decode_slices_preferred).
+// slices of 16 positions. attention_decode takes it where the streaming kernel would run, from
+// kDecodeSlicesMinPairsPerWarp pairs per resident warp on (decode_slices_fit).
 #pragma once
 
 #include <cuda_runtime.h>

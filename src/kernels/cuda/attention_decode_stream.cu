@@ -32,6 +32,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
+#include "kernels/cuda/attention_decode_occupancy.h"
 #include "kernels/cuda/attention_decode_stream.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/attention_mma.h"
@@ -101,17 +102,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // with_q = false: without the pair's q (the prologue before pdl_wait loads it later).
   auto request = [&](int st, bool with_q = true) {
     if (rq.b < batch) {
-      const int b = rq.b, kvh = rq.kvh;
-      const int k0 = rq.tile * kTileKv, n = min(kTileKv, rq.len - k0);
-      if constexpr (kPaged) {
-        paged.load(k_stage(st), v_stage(st), kv, kvh, k0, n, d);
-      } else {
-        load_tile_async<D, kTileKv, kThreads>(
-            k_stage(st), n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k);
-        load_tile_async<D, kTileKv, kThreads>(
-            v_stage(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v);
-      }
-      if (rq.tile == 0 && with_q) load_q(st, b, kvh);
+      load_kv_tile<D, kTileKv, kThreads, kPaged>(rq, kv, paged, k_stage(st), v_stage(st), d, int(threadIdx.x));
+      if (rq.tile == 0 && with_q) load_q(st, rq.b, rq.kvh);
       ++rq.tile;
       walk.settle(rq);
       fetch_ids();
@@ -119,29 +111,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit();
   };
 
-  // The prologue. q and this step's K/V row (the last position of each sequence) were written by the
-  // kernels before this one, so they load after pdl_wait; older K/V may load before it (pdl.cuh),
-  // overlapping the predecessor's tail as the split kernel's blocks do. When the block's first
-  // kStages - 1 tiles are older tiles of its first pair, they go before the wait and that pair's q
-  // after it, and the prologue waits for all of them; otherwise everything goes after the wait.
   fetch_ids();
-  const bool early = rq.b < batch && rq.n_tiles > kStages - 1;
-  const int b0 = rq.b, kvh0 = rq.kvh;
-  if (early) {
-#pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) request(st, false);
-  }
-  pdl_wait();
-  pdl_launch_dependents();
-  if (early) {
-    load_q(0, b0, kvh0);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-  } else {
-#pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) request(st);
-  }
+  stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); });
 
   uint32_t qf[D / 16][4];
   float m[2], l[2], o[D / 8][4];
@@ -181,35 +152,19 @@ __global__ void __launch_bounds__(kThreads, 2)
   cp_async_wait<0>();
 }
 
-// The kernel's attribute and its blocks per SM for each group size 1..8 (the shared memory depends
-// on it), set up once per instantiation.
+// The kernel's attribute and its blocks per SM for each group size, set up once per instantiation.
 template <int D, bool kPaged>
-struct StreamOccupancy {
-  int sms = 0;
-  int per_sm[kQRows + 1] = {};
-  static const StreamOccupancy& get() {
-    static const StreamOccupancy o = [] {
-      StreamOccupancy r;
-      constexpr auto kernel = decode_stream_kernel<D, kPaged>;
-      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(stream_smem_bytes<D>(kQRows))));
-      int dev = 0;
-      KILN_CUDA_CHECK(cudaGetDevice(&dev));
-      KILN_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
-      for (int gr = 1; gr <= kQRows; ++gr)
-        KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm[gr], kernel, kThreads,
-                                                                      stream_smem_bytes<D>(gr)));
-      return r;
-    }();
-    return o;
-  }
-};
+const GroupOccupancy& stream_occupancy() {
+  static const GroupOccupancy o =
+      measure_group_occupancy(decode_stream_kernel<D, kPaged>, kThreads, [](int g) { return stream_smem_bytes<D>(g); });
+  return o;
+}
 
 template <int D, bool kPaged>
 void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
                    int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
   const int group = n_heads / n_kv_heads;
-  const StreamOccupancy<D, kPaged>& occ = StreamOccupancy<D, kPaged>::get();
+  const GroupOccupancy& occ = stream_occupancy<D, kPaged>();
   const int64_t pairs = batch * n_kv_heads;
   const int64_t blocks = std::min<int64_t>(pairs, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
@@ -217,15 +172,6 @@ void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf1
                    stream_smem_bytes<D>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group, head_dim,
                    int(batch), scale_log2);
   KILN_CUDA_CHECK_LAUNCH();
-}
-
-// Calls f(D tag, paged tag) for the instantiation serving these arguments.
-template <class F>
-decltype(auto) with_stream_kernel(int head_dim, bool paged, F&& f) {
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  if (head_dim <= 64) return paged ? f(D64{}, std::true_type{}) : f(D64{}, std::false_type{});
-  return paged ? f(D128{}, std::true_type{}) : f(D128{}, std::false_type{});
 }
 
 }  // namespace
@@ -237,8 +183,8 @@ bool decode_stream_applies(int n_heads, int n_kv_heads, int head_dim) {
 
 int decode_stream_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim, bool paged) {
   const int group = n_heads / n_kv_heads;
-  return with_stream_kernel(head_dim, paged, [&](auto d, auto p) {
-    return StreamOccupancy<decltype(d)::value, decltype(p)::value>::get().per_sm[group];
+  return with_decode_instance(head_dim, paged, [&](auto d, auto p) {
+    return stream_occupancy<decltype(d)::value, decltype(p)::value>().per_sm[group];
   });
 }
 
@@ -247,7 +193,7 @@ void attention_decode_stream(const bf16* q, const KvLayout& kv, const int32_t* k
   KILN_CUDA_REQUIRE(decode_stream_applies(n_heads, n_kv_heads, head_dim),
                     "attention: the streaming decode kernel needs at most 8 query heads per KV head");
   if (batch == 0) return;
-  with_stream_kernel(head_dim, kv.paged(), [&](auto d, auto p) {
+  with_decode_instance(head_dim, kv.paged(), [&](auto d, auto p) {
     launch_stream<decltype(d)::value, decltype(p)::value>(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim,
                                                           pdl, stream);
   });

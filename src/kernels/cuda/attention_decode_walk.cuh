@@ -1,10 +1,14 @@
-// How the persistent decode kernels walk their (sequence, KV head) pairs (device code; included by
-// attention_decode_stream.cu and attention_decode_slices.cu): a worker -- a block of the streaming
-// kernel, a warp of the slice kernel -- takes pairs w, w + W, w + 2W, ... in (sequence, KV head)
-// order, W the number of workers, each pair as ceil(length / kRows) tiles of kRows positions.
+// How the persistent decode kernels walk their (sequence, KV head) pairs and start their streams
+// (device code; included by attention_decode_stream.cu and attention_decode_slices.cu): a worker --
+// a block of the streaming kernel, a warp of the slice kernel -- takes pairs w, w + W, w + 2W, ...
+// in (sequence, KV head) order, W the number of workers, each pair as ceil(length / kRows) tiles of
+// kRows positions, through a ring of kSlots tiles of cp.async groups.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cuda/attention_mma.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace kiln::cuda::attn {
 
@@ -57,5 +61,51 @@ struct StreamWalk {
     }
   }
 };
+
+// The cp.async copies of the cursor's tile of K and V into k_dst / v_dst (zero-filled past the pair's
+// length), by the worker's kThreads copying threads (tid: this thread's index among them); kPaged:
+// through `paged`'s block ids, fetched for this tile beforehand.
+template <int D, int kRows, int kThreads, bool kPaged>
+__device__ __forceinline__ void load_kv_tile(const StreamCursor& rq, const KvLayout& kv,
+                                             const PagedTileLoader<D, kRows, kThreads>& paged, bf16* k_dst,
+                                             bf16* v_dst, int d, int tid) {
+  const int b = rq.b, kvh = rq.kvh, k0 = rq.tile * kRows, n = min(kRows, rq.len - k0);
+  if constexpr (kPaged) {
+    paged.load(k_dst, v_dst, kv, kvh, k0, n, d);
+  } else {
+    load_tile_async<D, kRows, kThreads>(
+        k_dst, n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k, tid);
+    load_tile_async<D, kRows, kThreads>(
+        v_dst, n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v, tid);
+  }
+}
+
+// A worker's ring before its loop: the first kSlots - 1 requests, around the PDL wait. q and the
+// newest K/V row (the last position of each sequence) were written by the kernels before this one,
+// so they load after pdl_wait; older K/V may load before it (pdl.cuh), overlapping the
+// predecessor's tail as the split kernel's blocks do. When the worker's first kSlots - 1 tiles are
+// older tiles of its first pair (`first`: the cursor before any request), they go before the wait
+// and that pair's q after it, and the prologue waits for all of them (sync: the worker's barrier);
+// otherwise everything goes after the wait. request(slot, with_q), load_q(slot, b, kvh): the kernel's.
+template <int kSlots, class Request, class LoadQ, class Sync>
+__device__ __forceinline__ void stream_prologue(StreamCursor first, int batch, Request&& request, LoadQ&& load_q,
+                                                Sync&& sync) {
+  const bool early = first.b < batch && first.n_tiles > kSlots - 1;
+  if (early) {
+#pragma unroll
+    for (int st = 0; st < kSlots - 1; ++st) request(st, false);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  if (early) {
+    load_q(0, first.b, first.kvh);
+    cp_async_commit();
+    cp_async_wait<0>();
+    sync();
+  } else {
+#pragma unroll
+    for (int st = 0; st < kSlots - 1; ++st) request(st, true);
+  }
+}
 
 }  // namespace kiln::cuda::attn
