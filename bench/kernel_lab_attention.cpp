@@ -170,8 +170,8 @@ struct ShuffledPagedKv {
 // Paged decode at the continuous-batching engine's shape: many sequences, short contexts (2048 x
 // 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). "kiln" is the
 // default; "stream" the streaming kernel (session 14, attention_decode_stream.cu), "slices" the
-// slice kernel (session 16, attention_decode_slices.cu; the default from one pair per
-// resident warp), each forced; 143 and 207 positions are the engine's profile lengths (a partial last tile
+// slice kernel (session 16, attention_decode_slices.cu; the default from 7 pairs per
+// 8 resident warps), each forced; 143 and 207 positions are the engine's profile lengths (a partial last tile
 // of 64); "split" the split kernel the streaming kernel replaced,
 // and that kernel's tunings (2 stages with 3 blocks per SM, 4 stages, no PDL). "L=128..256": the
 // lengths rising with the sequence index, as the engine's admission order leaves them.

@@ -242,8 +242,8 @@ TEST(GpuAttention, DecodeStreamEqualsTheSplitKernelBitwise) {
 
 // The slice kernel (attention_decode_slices.cu) forced at 400 sequences of lengths 1..300 on the
 // contiguous layout, every head shape of the suite (the groups of 12 and 20 query heads keep the
-// split kernel), against the CPU reference; and at 600 x 8 pairs, past kDecodeSlicesMinPairsPerWarp
-// pairs per resident warp on an H200 (1056 warps), where the default takes it.
+// split kernel), against the CPU reference; and at 600 x 8 pairs, past kDecodeSlicesPairsPer8Warps
+// pairs per 8 resident warps on an H200 (1056 warps), where the default takes it.
 TEST(GpuAttention, DecodeSlicesKernel) {
   KILN_REQUIRE_GPU();
   std::vector<Case> cases(std::begin(kCases), std::end(kCases));

@@ -101,7 +101,7 @@ struct DecodeTuning {
   int split_pdl = -1;  // launch the split kernel itself with PDL (sm_90+; -1: on unless KILN_ATTN_SPLIT_PDL=0)
   int stream = -1;     // at P = 1, the streaming kernel (attention_decode_stream.h; -1: unless KILN_ATTN_DECODE_STREAM=0)
   // Where the streaming kernel would run, the slice kernel (attention_decode_slices.h) instead:
-  // -1: from kDecodeSlicesMinPairsPerWarp pairs per resident warp on, unless KILN_ATTN_DECODE_SLICES=0;
+  // -1: from kDecodeSlicesPairsPer8Warps pairs per 8 resident warps on, unless KILN_ATTN_DECODE_SLICES=0;
   // 0: never; 1: at any batch (the lab's measure of the threshold).
   int slices = -1;
 };

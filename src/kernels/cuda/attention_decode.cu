@@ -34,7 +34,7 @@
 // At one split block per (sequence, head group) -- P = 1 -- the host runs the streaming kernel
 // instead (attention_decode_stream.cu, session 14: the same tiles and merge as a persistent stream
 // over the pairs, bit-identical outputs) when the group has at most 8 query heads and two of its
-// blocks fit on a SM; and from one pair per resident warp on, the slice kernel instead of that
+// blocks fit on a SM; and from 7 pairs per 8 resident warps on, the slice kernel instead of that
 // (attention_decode_slices.cu, session 16: a K/V stream per warp in 16-position slices, so partial
 // 64-position tiles no longer hold a tile slot each; same math, another fp32 summation order).
 //
@@ -349,14 +349,14 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   if (P == 1 && kStages == 3 && (tune.stream < 0 ? stream_env : tune.stream != 0) &&
       decode_stream_applies(n_heads, n_kv_heads, head_dim) &&
       decode_stream_blocks_per_sm(n_heads, n_kv_heads, head_dim, kPaged) >= 2) {
-    // The slice kernel from one pair per resident warp on (a warp is its unit of work: with fewer
+    // The slice kernel from 7 pairs per 8 resident warps on (a warp is its unit of work: with fewer
     // pairs SM slots stay empty that the streaming kernel's blocks, 4 warps a pair, fill), where
     // two of its blocks fit a SM (attention_decode_slices.cu).
     static const bool slices_env = env_switch_on("KILN_ATTN_DECODE_SLICES");
     if (tune.slices != 0 && (tune.slices > 0 || slices_env) && decode_slices_applies(n_heads, n_kv_heads, head_dim)) {
       const DecodeSlicesFit fit = decode_slices_fit(n_heads, n_kv_heads, head_dim, kPaged);
       if (fit.blocks_per_sm >= 2 &&
-          (tune.slices > 0 || batch * n_kv_heads >= kDecodeSlicesMinPairsPerWarp * fit.resident_warps))
+          (tune.slices > 0 || 8 * batch * n_kv_heads >= kDecodeSlicesPairsPer8Warps * fit.resident_warps))
         return attention_decode_slices(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, stream);
     }
     return attention_decode_stream(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, stream);

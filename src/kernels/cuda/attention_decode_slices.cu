@@ -16,7 +16,7 @@
 // positions). Bytes in flight match the streaming kernel's: 2 slices a warp, 8 warps a SM at d
 // 128 (128 KB). The price: a warp is a coarser unit of work than a block's share of a tile, so
 // with fewer pairs than resident warps SM slots stay empty (the host takes this kernel from
-// kDecodeSlicesMinPairsPerWarp pairs per resident warp on), and the fp32 sums run in another order than
+// kDecodeSlicesPairsPer8Warps pairs per 8 resident warps on), and the fp32 sums run in another order than
 // the streaming kernel's (same math; the outputs differ in the last bits, tested against the
 // fp32 reference).
 //

@@ -1,7 +1,7 @@
 // The slice decode attention for many sequences (attention_decode_slices.cu, session 16): a
 // persistent grid whose every warp runs its own K/V stream over its (sequence, KV head) pairs in
 // slices of 16 positions. attention_decode takes it where the streaming kernel would run, from
-// kDecodeSlicesMinPairsPerWarp pairs per resident warp on (decode_slices_fit).
+// kDecodeSlicesPairsPer8Warps pairs per 8 resident warps on (decode_slices_fit).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,12 +23,12 @@ struct DecodeSlicesFit {
 };
 DecodeSlicesFit decode_slices_fit(int n_heads, int n_kv_heads, int head_dim, bool paged);
 
-// attention_decode takes the slice kernel from this many pairs per resident warp on (1056 warps at
-// Llama-3-8B's 32/8/128 on an H200: 132 sequences). Below it SM slots stay empty that the
-// streaming kernel's blocks, 4 warps a pair, fill: session 16's lab had the slice kernel 9% / 2%
-// slower at 0.48 / 0.73 pairs a warp (b=64 L=2048, b=96 L=512), 6% faster at 0.97 (b=128 L=512)
-// and 6-27% faster from 1.9 on (b=256..2048).
-constexpr int64_t kDecodeSlicesMinPairsPerWarp = 1;
+// attention_decode takes the slice kernel from this many pairs per 8 resident warps on (1056 warps
+// at Llama-3-8B's 32/8/128 on an H200: from 116 sequences, so the 128-sequence graph bucket takes
+// it). Below it SM slots stay empty that the streaming kernel's blocks, 4 warps a pair, fill:
+// session 16's lab had the slice kernel 9% / 2% slower at 0.48 / 0.73 pairs a warp (b=64 L=2048,
+// b=96 L=512), 6% faster at 0.97 (b=128 L=512) and 6-27% faster from 1.9 on (b=256..2048).
+constexpr int64_t kDecodeSlicesPairsPer8Warps = 7;
 
 // attention_decode's contract with every sequence whole in one warp (no workspace, no combine).
 void attention_decode_slices(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
