@@ -353,7 +353,7 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
     // pairs SM slots stay empty that the streaming kernel's blocks, 4 warps a pair, fill), where
     // two of its blocks fit a SM (attention_decode_slices.cu).
     static const bool slices_env = env_switch_on("KILN_ATTN_DECODE_SLICES");
-    if (tune.slices != 0 && (tune.slices > 0 || slices_env) && decode_slices_applies(n_heads, n_kv_heads, head_dim)) {
+    if (tune.slices != 0 && (tune.slices > 0 || slices_env)) {  // the same head shapes as the streaming kernel
       const DecodeSlicesFit fit = decode_slices_fit(n_heads, n_kv_heads, head_dim, kPaged);
       if (fit.blocks_per_sm >= 2 &&
           (tune.slices > 0 || 8 * batch * n_kv_heads >= kDecodeSlicesPairsPer8Warps * fit.resident_warps))

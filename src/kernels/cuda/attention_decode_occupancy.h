@@ -8,10 +8,18 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/attention.h"
 
 namespace kiln::cuda {
 
 constexpr int kDecodeMaxGroup = 8;  // query heads per KV head the persistent kernels serve
+
+// The head shapes both persistent kernels serve: groups of 1..8 query heads per KV head (their q
+// slots), head dims of whole 16-byte chunks up to the tile width.
+inline bool persistent_decode_applies(int n_heads, int n_kv_heads, int head_dim) {
+  const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
+  return group >= 1 && group <= kDecodeMaxGroup && head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim;
+}
 
 struct GroupOccupancy {
   int sms = 0;

@@ -40,7 +40,7 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps, kSlice = 16, kSlots = 3, kMaxGroup = kDecodeMaxGroup;
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kSlice = 16, kSlots = 3;
 
 template <int D>
 constexpr int kSliceElems = 2 * kSlice * D;  // K then V of one slot
@@ -154,11 +154,6 @@ const GroupOccupancy& slices_occupancy() {
 
 }  // namespace
 
-bool decode_slices_applies(int n_heads, int n_kv_heads, int head_dim) {
-  const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
-  return group >= 1 && group <= kMaxGroup && head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim;
-}
-
 DecodeSlicesFit decode_slices_fit(int n_heads, int n_kv_heads, int head_dim, bool paged) {
   const int group = n_heads / n_kv_heads;
   return with_decode_instance(head_dim, paged, [&](auto d, auto p) {
@@ -169,7 +164,7 @@ DecodeSlicesFit decode_slices_fit(int n_heads, int n_kv_heads, int head_dim, boo
 
 void attention_decode_slices(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
                              int n_heads, int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
-  KILN_CUDA_REQUIRE(decode_slices_applies(n_heads, n_kv_heads, head_dim),
+  KILN_CUDA_REQUIRE(persistent_decode_applies(n_heads, n_kv_heads, head_dim),
                     "attention: the slice decode kernel needs at most 8 query heads per KV head");
   if (batch == 0) return;
   const int group = n_heads / n_kv_heads;

@@ -12,10 +12,8 @@
 
 namespace kiln::cuda {
 
-// Whether the slice kernel serves this head shape (at most 8 query heads per KV head).
-bool decode_slices_applies(int n_heads, int n_kv_heads, int head_dim);
-
-// How the slice kernel fits this shape: its blocks per SM (attention_decode takes it only where two
+// The slice kernel serves the streaming kernel's head shapes (decode_stream_applies: at most 8 query
+// heads per KV head). How it fits one: its blocks per SM (attention_decode takes it only where two
 // fit, as the streaming kernel) and its warps resident at once on the whole GPU.
 struct DecodeSlicesFit {
   int blocks_per_sm = 0;

@@ -177,8 +177,8 @@ void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf1
 }  // namespace
 
 bool decode_stream_applies(int n_heads, int n_kv_heads, int head_dim) {
-  const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
-  return group >= 1 && group <= kQRows && head_dim % 8 == 0 && head_dim <= kAttnMaxHeadDim;
+  static_assert(kQRows == kDecodeMaxGroup, "a q slot holds the largest group");
+  return persistent_decode_applies(n_heads, n_kv_heads, head_dim);
 }
 
 int decode_stream_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim, bool paged) {
