@@ -30,6 +30,7 @@ struct ProfileOptions {
   std::string random, json, svg, quant;
   std::string quant_head;
   int batch = 1, context = 512, prefill = 0, steps = 10;
+  int prompts = 0, prompt_len = 128;  // a mixed step: prompts prefilled alongside the decode batch
   bool calibrate = false;
 };
 
@@ -45,24 +46,32 @@ struct Workload {
   std::function<void()> step;
 };
 
-// Decode of `batch` sequences at `context` cached tokens each, over a paged pool.
+// Decode of `batch` sequences at `context` cached tokens each, over a paged pool; with prompts,
+// also that many prompt sequences of prompt_len tokens, prefilled from position 0 in every step
+// (the engine's admission step: chunks admitted next to the running sequences' decode rows).
 struct DecodeBatch {
   std::unique_ptr<KvPool> pool;
-  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<int32_t>> tables, prompt_tables;
   std::vector<int64_t> positions;
   std::vector<float> logits;
   std::vector<int32_t> argmax;
 };
 
-std::shared_ptr<DecodeBatch> make_decode(Backend& backend, int batch, int context, int max_steps) {
+std::shared_ptr<DecodeBatch> make_decode(Backend& backend, int batch, int context, int max_steps, int prompts = 0,
+                                         int prompt_len = 0) {
   auto d = std::make_shared<DecodeBatch>();
   const int32_t bs = 16;
-  const int64_t per_seq = (int64_t(context) + max_steps + bs) / bs;
-  d->pool = backend.new_kv_pool(int32_t(per_seq * batch), bs);
+  const int64_t per_seq = (int64_t(context) + max_steps + bs - 1) / bs, per_prompt = (int64_t(prompt_len) + bs - 1) / bs;
+  d->pool = backend.new_kv_pool(int32_t(per_seq * batch + per_prompt * prompts), bs);
   for (int b = 0; b < batch; ++b) {
     std::vector<int32_t> table(static_cast<size_t>(per_seq));
     for (int64_t i = 0; i < per_seq; ++i) table[size_t(i)] = int32_t(b * per_seq + i);
     d->tables.push_back(std::move(table));
+  }
+  for (int p = 0; p < prompts; ++p) {
+    std::vector<int32_t> table(static_cast<size_t>(per_prompt));
+    for (int64_t i = 0; i < per_prompt; ++i) table[size_t(i)] = int32_t(per_seq * batch + p * per_prompt + i);
+    d->prompt_tables.push_back(std::move(table));
   }
   // Fill the cache: 2048 tokens per step, a chunk of up to 512 per sequence.
   std::vector<int32_t> ones(512, 1);
@@ -96,6 +105,8 @@ void run_profile(const ProfileOptions& o) {
   }
   KILN_CHECK(o.batch >= 1 && o.context >= 1 && o.steps >= 1 && o.prefill >= 0, invalid_argument,
              "-b, -c and --steps must be positive, --prefill >= 0");
+  KILN_CHECK(o.prompts >= 0 && o.prompt_len >= 2 && !(o.prompts > 0 && o.prefill > 0), invalid_argument,
+             "--prompts must be >= 0 and --prompt-len >= 2, and --prompts does not combine with --prefill");
   ThreadPool pool(o.m.threads);
   BenchTarget target = open_bench_target(o.m, o.random, pool, o.quant, o.quant_head);
   auto* cuda_backend = dynamic_cast<CudaBackend*>(target.backend.get());
@@ -117,7 +128,10 @@ void run_profile(const ProfileOptions& o) {
     };
   } else {
     work.name = fmt::format("decode, batch {} at context {}", o.batch, o.context);
-    decode = make_decode(backend, o.batch, o.context, 2 * o.steps + 4);
+    if (o.prompts > 0) work.name += fmt::format(", and {} prompts of {} tokens prefilled", o.prompts, o.prompt_len);
+    // Steps run below: 1 + (1 + steps) with graphs + (1 + steps) without + min(steps, 3) profiled.
+    decode = make_decode(backend, o.batch, o.context, 2 * o.steps + 6, o.prompts, o.prompt_len);
+    prompt.assign(size_t(o.prompt_len), 1);
     work.step = [&] {
       std::vector<BatchEntry> entries;
       static const int32_t token = 1;
@@ -125,6 +139,9 @@ void run_profile(const ProfileOptions& o) {
       for (int b = 0; b < o.batch; ++b)
         entries.push_back({std::span<const int32_t>(&token, 1), decode->positions[size_t(b)], decode->tables[size_t(b)],
                            true, true});
+      // The prompts' whole chunks, the last row's logits wanted (its first token), as the engine admits them.
+      for (int p = 0; p < o.prompts; ++p)
+        entries.push_back({std::span<const int32_t>(prompt), 0, decode->prompt_tables[size_t(p)], true, true});
       backend.forward_batch(*decode->pool, entries, decode->logits, &decode->argmax);
       for (auto& p : decode->positions) ++p;
     };
@@ -204,6 +221,7 @@ void run_profile(const ProfileOptions& o) {
                         {"copy_gbs", roof.copy_gbs}, {"bf16_tflops", roof.bf16_tflops},
                         {"ceilings_measured", roof.measured},
                         {"batch", o.batch},          {"context", o.context},     {"prefill", o.prefill},
+                        {"prompts", o.prompts},      {"prompt_len", o.prompt_len},
                         {"step_ms", step},           {"step_ms_without_graphs", eager},
                         {"launches_per_step", launches}, {"kernels_ms", kernels_ms}, {"idle_ms", idle_ms},
                         {"timer", backend.profiling_timer()}, {"kernels", rows}};
@@ -239,6 +257,9 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "Sequences decoding together")->capture_default_str();
   cmd->add_option("-c,--context", o->context, "Tokens already cached per sequence")->capture_default_str();
   cmd->add_option("--prefill", o->prefill, "Profile one prefill of this many tokens instead of decode");
+  cmd->add_option("--prompts", o->prompts,
+                  "With decode: also prefill this many prompts in every step (an admission step of continuous batching)");
+  cmd->add_option("--prompt-len", o->prompt_len, "Tokens of each --prompts prompt")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Steps timed without profiling (median)")->capture_default_str();
   cmd->add_flag("--calibrate", o->calibrate, "Measure the GPU's copy bandwidth and tensor-core rate and cache them");
   cmd->add_option("--json", o->json, "Write the table as JSON");
