@@ -103,7 +103,8 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       int reps = gemm ? 20 : 100;
       // Every version (v1, v2, ... of gemv.cu / gemm.cu), then the default choice ("kiln"), then cuBLAS.
       const int versions = gemm ? gemm_versions() : gemv_versions();
-      for (int v = gemm ? g_gemm_first_version : 1; v <= versions + 1; ++v) {
+      const int v0 = gemm ? (g_gemm_default_only ? versions + 1 : g_gemm_first_version) : 1;
+      for (int v = v0; v <= versions + 1; ++v) {
         const int ver = v <= versions ? v : 0;
         if (gemm && (ver == 18 || ver == 19)) continue;  // residual-add epilogues: --gemm-add times them
         auto run = [&](const bf16* wp) {
@@ -462,10 +463,11 @@ int main(int argc, char** argv) {
       gemm_only = true, gemm_m = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
     else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
+    else if (!std::strcmp(argv[i], "--default-only")) g_gemm_default_only = true;
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
                            "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--fp8-gemm] [--attention-batch] [--kv-pool] [--model PRESET] "
-                           "[--unheld]\n");
+                           "[--unheld] [--default-only]\n");
       return 2;
     }
   }

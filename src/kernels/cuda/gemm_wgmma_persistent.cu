@@ -14,8 +14,9 @@
 //
 // Design: grid = min(tiles, SMs) blocks of 3 warpgroups (1 TMA producer at 40 registers, 2 wgmma
 // consumers at 232), one block per SM; block b takes tiles b, b + grid, b + 2 grid, ... (tile t:
-// m tile t % m_tiles, n tile t / m_tiles: M fastest, so the blocks running at once share W tiles and
-// x is re-read from L2, as in v4). The producer walks the block's tiles' K steps as one sequence
+// M fastest within groups of `group` m tiles, tile_mn: the blocks running at once share W tiles and
+// re-read x from L2, as in v4, while the x rows of one group stay in L2 across its n tiles; see
+// raster_group for why). The producer walks the block's tiles' K steps as one sequence
 // (global step g = local tile j * k_steps + kt; stage g % STAGES, phase (g / STAGES) & 1), so it loads
 // the next tile's first stages while the consumers finish the current tile and store it.
 // Two consumer schedules (template PP):
@@ -168,12 +169,22 @@ constexpr int kBarToWg2 = 1, kBarToWg1 = 2;
 using namespace tma_epilogue;
 #endif  // KILN_WGMMA_DEVICE
 
+// Tile t's (m tile, n tile): groups of `group` consecutive m tiles, each walked n tile by n tile
+// with its m tiles fastest (the last group may be shorter). group >= m_tiles is the plain M-fastest
+// order (m = t % m_tiles, n = t / m_tiles).
+__device__ __forceinline__ void tile_mn(int t, int m_tiles, int n_tiles, int group, int& mt, int& nt) {
+  const int per_group = group * n_tiles, gi = t / per_group, r = t - gi * per_group;
+  const int gm0 = gi * group, gsize = min(group, m_tiles - gm0);
+  mt = gm0 + r % gsize;
+  nt = r / gsize;
+}
+
 template <class C>
 __global__ void __launch_bounds__(P_THREADS, 1)
     gemm_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                                  const __grid_constant__ CUtensorMap map_y, const bf16* __restrict__ bias,
                                  void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K,
-                                 const float* __restrict__ xs, const float* __restrict__ ws) {
+                                 const float* __restrict__ xs, const float* __restrict__ ws, int group) {
 #ifdef KILN_WGMMA_DEVICE
   constexpr int BN = C::BN, STAGES = C::STAGES, MH = C::MH, ACC = C::ACC, BK = C::BK;
   extern __shared__ uint8_t smem_raw[];
@@ -187,7 +198,8 @@ __global__ void __launch_bounds__(P_THREADS, 1)
   const int m_tiles = int((M + P_BM - 1) / P_BM);
   // SWIGLU: N is the output width I (a multiple of BN_OUT, the host checks); W has 2I rows.
   constexpr int BN_OUT = C::BN_OUT;
-  const int tiles = m_tiles * int((N + BN_OUT - 1) / BN_OUT);  // < 2^31 (the host checks)
+  const int n_tiles = int((N + BN_OUT - 1) / BN_OUT);
+  const int tiles = m_tiles * n_tiles;  // < 2^31 (the host checks)
   const int k_steps = int((K + BK - 1) / BK);
   const int grid = int(gridDim.x);
 
@@ -208,7 +220,9 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
       uint32_t g = 0;
       for (int t = blockIdx.x; t < tiles; t += grid) {
-        const int m0 = (t % m_tiles) * P_BM, n0 = (t / m_tiles) * BN_OUT;
+        int mt, nt;
+        tile_mn(t, m_tiles, n_tiles, group, mt, nt);
+        const int m0 = mt * P_BM, n0 = nt * BN_OUT;
         for (int kt = 0; kt < k_steps; ++kt, ++g) {
           const uint32_t s = g % STAGES, use = g / STAGES;
           mbar_wait(empty0 + 8 * s, (use & 1) ^ 1);  // the stage's previous use was released
@@ -231,7 +245,9 @@ __global__ void __launch_bounds__(P_THREADS, 1)
     float acc[ACC];  // PP: (128, BN) as MH = 2 blocks of (64, BN); else (64, BN), rows [64c, 64c + 64)
     for (int j = j0; j < local_tiles; j += jstep) {
       const int t = int(blockIdx.x) + j * grid;
-      const int64_t m0 = int64_t(t % m_tiles) * P_BM, n0 = int64_t(t / m_tiles) * BN_OUT;
+      int mt, nt;
+      tile_mn(t, m_tiles, n_tiles, group, mt, nt);
+      const int64_t m0 = int64_t(mt) * P_BM, n0 = int64_t(nt) * BN_OUT;
       const uint32_t g0 = uint32_t(j) * uint32_t(k_steps);
       // Ping-pong: wait until the other consumer has issued its tile j - 1 (see the header).
       if (C::PP && j > 0) named_bar_sync(c == 0 ? kBarToWg1 : kBarToWg2, 256);
@@ -297,6 +313,19 @@ __global__ void __launch_bounds__(P_THREADS, 1)
 #endif
 }
 
+// The m tiles of a raster group (tile_mn). Why (session 17, H200): in the plain M-fastest order
+// the blocks running at once cover every m tile and ~grid / m_tiles n tiles, so once x outgrows
+// the L2 (50 MB: M = 8192 at K = 4096 is 64 MB) each round of tiles streams all of x from HBM
+// again: gate_up at M = 8192 reads x ~56 times, ~3.6 GB a call, ~1.3 TB/s beside the tensor cores.
+// In groups of G m tiles a round holds G m tiles of x and grid / G n tiles of W; G = 16 keeps
+// that near its least (G x 1 MB + grid / G x 2 MB for 128x256 tiles at K = 4096: ~33 MB, in L2)
+// and x comes from HBM about once, W m_tiles / G times. Below G m tiles both orders are the same.
+// KILN_GEMM_RASTER=0 keeps the plain order (same-run comparison), =G another group size.
+int raster_group(int64_t m_tiles) {
+  static const int group = env_int("KILN_GEMM_RASTER", 16);
+  return int(group > 0 ? std::min<int64_t>(group, m_tiles) : m_tiles);
+}
+
 // w: bf16 (N, K), or e4m3 bytes for C::FP8 (then xs / ws are the row scales of x and W).
 template <class C>
 void launch_persistent(const void* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
@@ -316,10 +345,10 @@ void launch_persistent(const void* w, const bf16* bias, void* y, OutMode mode, i
   const bool mapped = C::FP8 ? wgmma_make_map_e4m3(&mw, static_cast<const uint8_t*>(w), w_rows, K, box_rows)
                              : wgmma_make_map(&mw, static_cast<const bf16*>(w), w_rows, K, box_rows);
   KILN_CUDA_REQUIRE(mapped, "gemm v5: tensor map");
-  const int64_t tiles = ((M + P_BM - 1) / P_BM) * ((N + C::BN_OUT - 1) / C::BN_OUT);
+  const int64_t m_tiles = (M + P_BM - 1) / P_BM, tiles = m_tiles * ((N + C::BN_OUT - 1) / C::BN_OUT);
   const unsigned grid = unsigned(std::min<int64_t>(tiles, sms));
-  gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(mx, mw, my, bias, y, mode, M, N, K, xs,
-                                                                               ws);
+  gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(
+      mx, mw, my, bias, y, mode, M, N, K, xs, ws, raster_group(m_tiles));
   KILN_CUDA_CHECK_LAUNCH();
 }
 
