@@ -15,7 +15,9 @@
 //    --kv-pool: only that decode over an engine-shaped pool of 32 layers (one layer's region vs the
 //    32 in turn, consecutive vs shuffled block ids);
 //    --model PRESET: the matrix shapes of another `kiln --random` preset, e.g. qwen2.5-7b, instead of
-//    llama3-8b's)
+//    llama3-8b's; --default-only: of the prefill GEMM versions only the default's choice and cuBLAS;
+//    --sustain S: each prefill GEMM and cuBLAS also run back to back for ~S seconds, twice in turn,
+//    the rate at the board's power limit)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -101,6 +103,7 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       const profile::Cost cost = profile::linear(m, s.n, s.k, 2);  // bf16 output
       double bytes = cost.bytes, flops = cost.flops;
       int reps = gemm ? 20 : 100;
+      double t_kiln = 0;  // the default's median (--sustain sizes its loop by it)
       // Every version (v1, v2, ... of gemv.cu / gemm.cu), then the default choice ("kiln"), then cuBLAS.
       const int versions = gemm ? gemm_versions() : gemv_versions();
       const int v0 = gemm ? (g_gemm_default_only ? versions + 1 : g_gemm_first_version) : 1;
@@ -124,9 +127,30 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
           std::printf("VALIDATION FAILED: %s %s M=%lld err %.3e\n", label.c_str(), s.name, (long long)m, err);
         double t = time_ms([&](int i) { run(w[size_t(i % copies)].data()); }, reps);
         record(gemm ? "gemm" : "gemv", shape, label, t, bytes, flops, copy_gbs, err);
+        if (ver == 0) t_kiln = t;
       }
       double t_c = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, reps);
       record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
+      if (gemm && g_sustain_seconds > 0) {
+        // --sustain S: the default and cuBLAS each run back to back for ~S seconds between two
+        // events, twice in turn, so the board reaches its power limit as the engine's long steps
+        // do (the timings above are short bursts after a held stream).
+        for (int round = 0; round < 2; ++round)
+          for (const bool ours : {true, false}) {
+            const int n = std::max(10, int(g_sustain_seconds * 1e3 / (ours ? t_kiln : t_c)));
+            EventTimer timer;
+            timer.start();
+            for (int c = 0; c < n; ++c) {
+              const bf16* wp = w[size_t(c % copies)].data();
+              if (ours)
+                gemm_version(0, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
+              else
+                cublas.gemm_bf16(x.data(), wp, yref.data(), m, s.n, s.k, nullptr);
+            }
+            timer.stop();
+            record("gemm-sustained", shape, ours ? "kiln" : "cublas", timer.elapsed_ms() / n, bytes, flops, copy_gbs, 0);
+          }
+      }
       if (!gemm && (m == 1 || m == 16)) {
         // In sequence (time_in_sequence; o after the attention combine, down after gate/up in the
         // decode step): the default, v2 (gemv_mma.cuh's plain loop), v5 / v6 (gemv_wgmma.cu), cuBLAS.
@@ -464,10 +488,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
     else if (!std::strcmp(argv[i], "--unheld")) g_held = false;
     else if (!std::strcmp(argv[i], "--default-only")) g_gemm_default_only = true;
+    else if (!std::strcmp(argv[i], "--sustain") && i + 1 < argc) g_sustain_seconds = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
                            "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--fp8-gemm] [--attention-batch] [--kv-pool] [--model PRESET] "
-                           "[--unheld] [--default-only]\n");
+                           "[--unheld] [--default-only] [--sustain SECONDS]\n");
       return 2;
     }
   }

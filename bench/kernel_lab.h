@@ -40,6 +40,7 @@ inline bool g_held = true;  // time_ms holds the stream while it enqueues each c
 constexpr int64_t kHoldMicroseconds = 50;  // longer than the host needs to enqueue events + a call
 inline int g_gemm_first_version = 1;  // --gemm: 4 (the mma.sync v1-v3 were measured in earlier runs)
 inline bool g_gemm_default_only = false;  // --default-only: the GEMM timings of the default choice and cuBLAS only
+inline double g_sustain_seconds = 0;  // --sustain S: also each GEMM and cuBLAS back to back for ~S s (at the power cap)
 inline bool g_decode_only = false;    // --decode: the quantized products at M = 1 and 16 only (no prefill)
 inline nlohmann::json g_results = nlohmann::json::array();
 
