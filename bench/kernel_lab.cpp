@@ -433,6 +433,16 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
             qgemv(x.data(), views[size_t(c % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr);
           }, 50);
           record("qgemv", shape, std::string(f.label) + "-seq", t_seq, cost.bytes, cost.flops, copy_gbs, err);
+          if (m == 1 && copies > 1) {
+            // A copy of the call's traffic (half read from one rotating weight, half written into
+            // the next), as bench_matmul's "copy": what one isolated memory-bound call of this many
+            // bytes reaches, ramp and tail included.
+            const int64_t half = std::min<int64_t>(qbytes, int64_t(cost.bytes / 2)) & ~int64_t(15);
+            const double t_copy = time_ms([&](int i) {
+              copy_device(wq[size_t((i + 1) % copies)].data(), wq[size_t(i % copies)].data(), half, nullptr);
+            }, 100);
+            record("qgemv", shape, std::string(f.label) + "-copy", t_copy, 2.0 * double(half), 0, copy_gbs, 0);
+          }
           t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
         }
         record("qgemv", shape, f.label, t, cost.bytes, cost.flops, copy_gbs, err);
