@@ -52,9 +52,9 @@ TEST(GpuMatmul, GemmPersistentOddShapes) {
                     Shape{300, 257, 520}, Shape{512, 4096, 1024}})
       for (bool bias : {false, true}) check_matmul(s, cuda::OutMode::store_bf16, bias, Path::gemm, v);
   // The raster groups of 16 m tiles (tile_mn, session 17): M = 4500 is 36 m tiles, two whole groups
-  // and a short one of 4; a tile the mapping skipped keeps the poison, one written twice is fine only
-  // if written with the same values, so the reference check covers the mapping. Ping-pong (v6),
-  // cooperative 128x192 (v7) and 128x256 with the TMA store (v9), each with a tail in M and N.
+  // and a short one of 4. A mapping that skipped a tile would leave it poisoned, and one that mapped
+  // a tile twice would skip another, so the check against the reference covers the mapping.
+  // Ping-pong (v6), cooperative 128x192 (v7) and 128x256 with the TMA store (v9), tails in M and N.
   for (int v : {6, 7, 9}) check_matmul(Shape{4500, 1800, 520}, cuda::OutMode::store_bf16, v == 9, Path::gemm, v);
 }
 
