@@ -303,18 +303,24 @@ void print_gemm_summary() {
                               "v12 sk2", "v13 m128", "v14 m192", "v15 m256", "v16 128t", "v17 192t", "kiln",
                               "cublas"};
   constexpr int kKiln = kCols - 2, kCublas = kCols - 1, kVersions = kKiln;  // columns of versions: 0 .. kKiln - 1
+  // --default-only timed no versions: their columns and best/cb are left out.
+  const int first = g_gemm_default_only ? kKiln : 0;
   std::printf("\n%-28s", "gemm (TFLOP/s)");
-  for (int i = 0; i <= kCublas; ++i) std::printf(" %8s", heads[i]);
-  std::printf(" %7s %7s\n", "kiln/cb", "best/cb");
+  for (int i = first; i <= kCublas; ++i) std::printf(" %8s", heads[i]);
+  std::printf(" %7s", "kiln/cb");
+  if (!g_gemm_default_only) std::printf(" %7s", "best/cb");
+  std::printf("\n");
   std::string shape;
   double t[kCols] = {};
   auto flush = [&] {
     if (shape.empty()) return;
     std::printf("%-28s", shape.c_str());
     double best = 0.0;
-    for (int i = 0; i <= kCublas; ++i) std::printf(" %8.1f", t[i]);
+    for (int i = first; i <= kCublas; ++i) std::printf(" %8.1f", t[i]);
     for (int i = 0; i < kVersions; ++i) best = std::max(best, t[i]);
-    std::printf(" %7.3f %7.3f\n", t[kCublas] > 0 ? t[kKiln] / t[kCublas] : 0.0, t[kCublas] > 0 ? best / t[kCublas] : 0.0);
+    std::printf(" %7.3f", t[kCublas] > 0 ? t[kKiln] / t[kCublas] : 0.0);
+    if (!g_gemm_default_only) std::printf(" %7.3f", t[kCublas] > 0 ? best / t[kCublas] : 0.0);
+    std::printf("\n");
   };
   for (const auto& r : g_results) {
     if (r.value("kernel", "") != "gemm") continue;
