@@ -87,6 +87,21 @@ std::vector<DeviceBuffer<bf16>> rotating_weights(int64_t wsize) {
   return w;
 }
 
+// A copy of one call's traffic: `half` bytes read and `half` written, from and into buffers of
+// their own that rotate through more than 4x the L2, so neither side of a call meets the cache
+// lines of the last one. What one isolated memory-bound call of this traffic reaches, ramp and
+// tail included (the "copy" rows beside the GEMVs).
+double copy_traffic_ms(int64_t half) {
+  const int copies = int(std::max<int64_t>(2, kRotateBytes / half + 1));
+  std::vector<DeviceBuffer<char>> src, dst;
+  for (int i = 0; i < copies; ++i) {
+    src.emplace_back(size_t(half));
+    dst.emplace_back(size_t(half));
+  }
+  return time_ms([&](int i) { copy_device(dst[size_t(i % copies)].data(), src[size_t(i % copies)].data(), half, nullptr); },
+                 100);
+}
+
 
 void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms, bool gemm) {
   for (const MatShape& s : g_shapes) {
@@ -129,26 +144,26 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
         record(gemm ? "gemm" : "gemv", shape, label, t, bytes, flops, copy_gbs, err);
         if (ver == 0) t_kiln = t;
       }
-      double t_c = time_ms([&](int i) { cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr); }, reps);
+      auto cublas_call = [&](int i) {
+        cublas.gemm_bf16(x.data(), w[size_t(i % copies)].data(), yref.data(), m, s.n, s.k, nullptr);
+      };
+      double t_c = time_ms(cublas_call, reps);
       record(gemm ? "gemm" : "gemv", shape, "cublas", t_c, bytes, flops, copy_gbs, 0);
       if (gemm && g_sustain_seconds > 0) {
-        // --sustain S: the default and cuBLAS each run back to back for ~S seconds between two
-        // events, twice in turn, so the board reaches its power limit as the engine's long steps
-        // do (the timings above are short bursts after a held stream).
+        // --sustain S: the default and cuBLAS each run back to back for ~S seconds inside one timed
+        // repetition, twice in turn, so the board reaches its power limit as the engine's long
+        // steps do (the timings above are short bursts).
+        auto default_call = [&](int i) {
+          gemm_version(0, x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k,
+                       nullptr);
+        };
         for (int round = 0; round < 2; ++round)
           for (const bool ours : {true, false}) {
             const int n = std::max(10, int(g_sustain_seconds * 1e3 / (ours ? t_kiln : t_c)));
-            EventTimer timer;
-            timer.start();
-            for (int c = 0; c < n; ++c) {
-              const bf16* wp = w[size_t(c % copies)].data();
-              if (ours)
-                gemm_version(0, x.data(), wp, nullptr, y.data(), OutMode::store_bf16, m, s.n, s.k, nullptr);
-              else
-                cublas.gemm_bf16(x.data(), wp, yref.data(), m, s.n, s.k, nullptr);
-            }
-            timer.stop();
-            record("gemm-sustained", shape, ours ? "kiln" : "cublas", timer.elapsed_ms() / n, bytes, flops, copy_gbs, 0);
+            const double ms = time_ms([&](int) {
+              for (int c = 0; c < n; ++c) ours ? default_call(c) : cublas_call(c);
+            }, 1, 0);
+            record("gemm-sustained", shape, ours ? "kiln" : "cublas", ms / n, bytes, flops, copy_gbs, 0);
           }
       }
       if (!gemm && (m == 1 || m == 16)) {
@@ -168,14 +183,8 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
         record("gemv", shape, "cublas-seq", t_cseq, bytes, flops, copy_gbs, 0);
       }
       if (!gemm && m == 1) {
-        // cudaMemcpy of the weight's traffic (half its bytes read, half written, from one rotating
-        // buffer into the second half of the next): what one isolated memory-bound call of this
-        // size reaches, ramp and tail included.
         const int64_t half = wsize;  // bytes: half of the weight's N x K x 2
-        const double t_copy = time_ms([&](int i) {
-          copy_device(w[size_t((i + 1) % copies)].data() + wsize / 2, w[size_t(i % copies)].data(), half, nullptr);
-        }, reps);
-        record("gemv", shape, "copy", t_copy, 2.0 * double(half), 0, copy_gbs, 0);
+        record("gemv", shape, "copy", copy_traffic_ms(half), 2.0 * double(half), 0, copy_gbs, 0);
       }
     }
   }
@@ -439,18 +448,10 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
             qgemv(x.data(), views[size_t(c % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr);
           }, 50);
           record("qgemv", shape, std::string(f.label) + "-seq", t_seq, cost.bytes, cost.flops, copy_gbs, err);
-          if (m == 1 && copies > 1) {
-            // A copy of the call's traffic, half read from the rotating weights (from HBM) and half
-            // written into a scratch buffer, as bench_matmul's "copy": what one isolated
-            // memory-bound call of this many bytes reaches, ramp and tail included. (The first
-            // build, session 17 run 7, wrote into the next weight, which the next call then read:
-            // its read half could come from L2.)
-            const int64_t half = std::min<int64_t>(qbytes, int64_t(cost.bytes / 2)) & ~int64_t(15);
-            DeviceBuffer<uint8_t> copy_dst(static_cast<size_t>(half));
-            const double t_copy = time_ms([&](int i) {
-              copy_device(copy_dst.data(), wq[size_t(i % copies)].data(), half, nullptr);
-            }, 100);
-            record("qgemv", shape, std::string(f.label) + "-copy", t_copy, 2.0 * double(half), 0, copy_gbs, 0);
+          if (m == 1) {  // (session 17 run 7's build wrote into the weight the next call read: L2 hits)
+            const int64_t half = int64_t(cost.bytes / 2) & ~int64_t(15);
+            record("qgemv", shape, std::string(f.label) + "-copy", copy_traffic_ms(half), 2.0 * double(half), 0,
+                   copy_gbs, 0);
           }
           t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);
         }
