@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "common.h"
 #include "core/check.h"
+#include "profile/chrome_trace.h"
 #include "profile/roofline_svg.h"
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/ceilings.h"
@@ -27,7 +28,7 @@ namespace {
 
 struct ProfileOptions {
   ModelOptions m;
-  std::string random, json, svg, quant;
+  std::string random, json, svg, trace, quant;
   std::string quant_head;
   int batch = 1, context = 512, prefill = 0, steps = 10;
   int prompts = 0, prompt_len = 128;  // a mixed step: prompts prefilled alongside the decode batch
@@ -227,6 +228,16 @@ void run_profile(const ProfileOptions& o) {
                         {"timer", backend.profiling_timer()}, {"kernels", rows}};
     std::ofstream(o.json) << j.dump(2) << "\n";
   }
+  if (!o.trace.empty()) {
+    const std::vector<profile::TraceEvent> events = backend.last_step_trace();
+    KILN_CHECK(!events.empty(), unsupported, "--trace needs CUPTI's kernel records; this run timed with {}",
+               backend.profiling_timer());
+    std::ofstream out(o.trace);
+    out << profile::chrome_trace_json(events, fmt::format("{}: {} ({})", target.label, work.name, roof.gpu));
+    KILN_CHECK(out.good(), io, "could not write the trace to {}", o.trace);
+    fmt::print("timeline of the last profiled step: {} ({} kernels; ui.perfetto.dev or chrome://tracing opens it)\n",
+               o.trace, events.size());
+  }
   if (!o.svg.empty()) {
     std::ofstream(o.svg) << profile::roofline_svg(fmt::format("{}: {} ({})", target.label, work.name, roof.gpu),
                                                   roof.copy_gbs, roof.bf16_tflops, points);
@@ -264,6 +275,8 @@ void add_profile_command(CLI::App& app) {
   cmd->add_flag("--calibrate", o->calibrate, "Measure the GPU's copy bandwidth and tensor-core rate and cache them");
   cmd->add_option("--json", o->json, "Write the table as JSON");
   cmd->add_option("--svg", o->svg, "Write a roofline chart (SVG)");
+  cmd->add_option("--trace", o->trace,
+                  "Write the last profiled step's kernels as a timeline (Chrome trace JSON, for ui.perfetto.dev)");
   cmd->callback([o] { run(*o); });
 }
 

@@ -349,7 +349,12 @@ bool CudaBackend::samples_on_device() const {
 }
 void CudaBackend::set_profiling(bool on) { impl_->set_profiling(on); }
 std::string CudaBackend::profiling_timer() const { return impl_->timer_note; }
-void CudaBackend::reset_kernel_stats() { impl_->stats.clear(); }
+void CudaBackend::reset_kernel_stats() {
+  impl_->stats.clear();
+  impl_->last_trace.clear();
+}
+
+std::vector<profile::TraceEvent> CudaBackend::last_step_trace() const { return impl_->last_trace; }
 
 std::vector<KernelStat> CudaBackend::kernel_stats() const {
   std::vector<KernelStat> out;

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "model/weights.h"
+#include "profile/chrome_trace.h"
 
 namespace kiln {
 
@@ -99,6 +100,9 @@ class CudaBackend final : public Backend {
   void set_profiling(bool on);
   std::string profiling_timer() const;  // which timer the last set_profiling(true) chose, and why
   std::vector<KernelStat> kernel_stats() const;  // sorted by total time, largest first
+  // The kernels of the last profiled step as the GPU ran them (CUPTI's timer only; empty with
+  // events): kiln profile --trace.
+  std::vector<profile::TraceEvent> last_step_trace() const;
   void reset_kernel_stats();
   int64_t weight_bytes() const;
 

@@ -191,6 +191,7 @@ struct CudaBackend::Impl {
   std::vector<cudaEvent_t> event_pool;
   size_t events_used = 0;
   std::map<std::string, KernelStat> stats;
+  std::vector<profile::TraceEvent> last_trace;  // the last profiled step's kernels (CUPTI only)
 
   Impl(ModelConfig config, CudaBackendOptions o) : c(std::move(config)), opt(o) {}
   ~Impl() {
@@ -291,7 +292,15 @@ struct CudaBackend::Impl {
   void collect_timings() {  // after the stream is synchronized
     if (pending.empty()) return;
     std::vector<cuda::CuptiKernelTimer::OpTime> times;
-    if (cupti) times = cupti->stop(pending.size());
+    std::vector<cuda::CuptiKernelTimer::Span> spans;
+    if (cupti) {
+      times = cupti->stop(pending.size(), &spans);
+      last_trace.clear();
+      const uint64_t t0 = spans.empty() ? 0 : spans.front().start_ns;
+      for (const auto& sp : spans)
+        last_trace.push_back({pending[size_t(sp.op)].name, sp.kernel, double(sp.start_ns - t0) * 1e-3,
+                              double(sp.end_ns - sp.start_ns) * 1e-3});
+    }
     for (size_t i = 0; i < pending.size(); ++i) {
       const Pending& p = pending[i];
       float ms = 0;
@@ -412,7 +421,12 @@ struct CudaBackend::Impl {
   // tg128 (129 positions) 1-2% with the combine launched anyway, 24% without it, while from 256
   // positions on it is faster (docs/performance/decode-step.md, session 12). Graph-safe: the
   // capacity (single sequence) and the table width (pool) are fixed for a captured step.
-  bool norm_fold_for(int64_t max_kv_len) const { return use_norm_fold && max_kv_len > cuda::kDecodeSplit; }
+  // KILN_NORM_FOLD_MIN=N folds from caches of more than N positions instead (experiments: 0 folds
+  // every step).
+  bool norm_fold_for(int64_t max_kv_len) const {
+    static const int64_t min_positions = env_int("KILN_NORM_FOLD_MIN", int(cuda::kDecodeSplit));
+    return use_norm_fold && max_kv_len > min_positions;
+  }
 
   // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
   // qkv projection and the o projection: it rotates q/k of a.qkv by position, writes K/V into the

@@ -34,6 +34,7 @@ struct Collected {
   struct Kernel {
     uint32_t correlation;
     uint64_t start, end;
+    std::string name;  // copied: CUPTI owns the record's string
   };
   std::vector<Kernel> kernels;
   size_t dropped = 0;
@@ -65,7 +66,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       } else if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
         // start, end and correlationId sit at the same offsets in every CUpti_ActivityKernelN.
         auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        g_collected.kernels.push_back({k->correlationId, k->start, k->end});
+        g_collected.kernels.push_back({k->correlationId, k->start, k->end, k->name ? k->name : ""});
       }
     }
   }
@@ -143,7 +144,7 @@ void CuptiKernelTimer::begin_op(uint64_t op) { check_cupti(*api_, api_->push_id(
 
 void CuptiKernelTimer::end_op() { check_cupti(*api_, api_->pop_id(kKind, nullptr), "pop id"); }
 
-std::vector<CuptiKernelTimer::OpTime> CuptiKernelTimer::stop(size_t n_ops) {
+std::vector<CuptiKernelTimer::OpTime> CuptiKernelTimer::stop(size_t n_ops, std::vector<Span>* spans) {
   check_cupti(*api_, api_->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
   for (CUpti_ActivityKind k : kKinds) check_cupti(*api_, api_->disable(k), "activity disable");
   std::vector<OpTime> times(n_ops);
@@ -165,6 +166,7 @@ std::vector<CuptiKernelTimer::OpTime> CuptiKernelTimer::stop(size_t n_ops) {
       ++unmatched_;
       continue;
     }
+    if (spans) spans->push_back({it->second - 1, k.name, k.start, k.end});
     OpTime& t = times[size_t(it->second - 1)];
     t.ms += ms;
     t.idle_ms += idle;

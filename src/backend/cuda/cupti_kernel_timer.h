@@ -40,9 +40,17 @@ class CuptiKernelTimer {
   void start();
   void begin_op(uint64_t op);
   void end_op();
+  // One kernel as the GPU ran it (for a timeline): its op, its name as CUPTI reports it (mangled),
+  // and its start and end in ns on the GPU's clock.
+  struct Span {
+    uint64_t op = 0;
+    std::string kernel;
+    uint64_t start_ns = 0, end_ns = 0;
+  };
   // Flushes CUPTI's buffers (after the stream is synchronized) and returns the time of ops
-  // 0 .. n_ops - 1 recorded since start(); stops recording.
-  std::vector<OpTime> stop(size_t n_ops);
+  // 0 .. n_ops - 1 recorded since start(); stops recording. spans (optional): every matched
+  // kernel, in start order.
+  std::vector<OpTime> stop(size_t n_ops, std::vector<Span>* spans = nullptr);
   // Kernels seen since start() that ran outside any op (e.g. a stream hold): diagnostics.
   int64_t unmatched_kernels() const { return unmatched_; }
 
