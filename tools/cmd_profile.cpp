@@ -171,6 +171,11 @@ void run_profile(const ProfileOptions& o) {
   const int profiled = std::min(o.steps, 3);
   backend.reset_kernel_stats();
   backend.set_profiling(true);
+  if (!o.trace.empty() && !backend.profiling_has_kernel_records()) {
+    backend.set_profiling(false);
+    KILN_FAIL(unsupported, "--trace needs CUPTI's kernel records; this run would time with {}",
+              backend.profiling_timer());
+  }
   for (int i = 0; i < profiled; ++i) work.step();
   backend.set_profiling(false);
   const std::vector<KernelStat> ks = backend.kernel_stats();
@@ -230,8 +235,6 @@ void run_profile(const ProfileOptions& o) {
   }
   if (!o.trace.empty()) {
     const std::vector<profile::TraceEvent> events = backend.last_step_trace();
-    KILN_CHECK(!events.empty(), unsupported, "--trace needs CUPTI's kernel records; this run timed with {}",
-               backend.profiling_timer());
     std::ofstream out(o.trace);
     out << profile::chrome_trace_json(events, fmt::format("{}: {} ({})", target.label, work.name, roof.gpu));
     KILN_CHECK(out.good(), io, "could not write the trace to {}", o.trace);

@@ -349,6 +349,7 @@ bool CudaBackend::samples_on_device() const {
 }
 void CudaBackend::set_profiling(bool on) { impl_->set_profiling(on); }
 std::string CudaBackend::profiling_timer() const { return impl_->timer_note; }
+bool CudaBackend::profiling_has_kernel_records() const { return impl_->cupti != nullptr; }
 void CudaBackend::reset_kernel_stats() {
   impl_->stats.clear();
   impl_->last_trace.clear();

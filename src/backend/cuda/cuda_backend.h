@@ -99,6 +99,7 @@ class CudaBackend final : public Backend {
   // accumulates kernel_stats(); graphs are bypassed while it is on.
   void set_profiling(bool on);
   std::string profiling_timer() const;  // which timer the last set_profiling(true) chose, and why
+  bool profiling_has_kernel_records() const;  // that timer is CUPTI's (last_step_trace has data)
   std::vector<KernelStat> kernel_stats() const;  // sorted by total time, largest first
   // The kernels of the last profiled step as the GPU ran them (CUPTI's timer only; empty with
   // events): kiln profile --trace.
