@@ -419,7 +419,10 @@ struct CudaBackend::Impl {
   // the decode attention ends with its combine kernel (P > 1 split blocks: more than kDecodeSplit
   // positions). Right after a one-block split kernel (P = 1) the folded step measured slower:
   // tg128 (129 positions) 1-2% with the combine launched anyway, 24% without it, while from 256
-  // positions on it is faster (docs/performance/decode-step.md, session 12). Graph-safe: the
+  // positions on it is faster (docs/performance/decode-step.md, session 12). The 24% is the o / down
+  // + norm GEMVs releasing the next GEMV right after their wait; released at their end instead the
+  // short step only draws level with the unfolded one, and over 512 positions the early release is
+  // what the fold gains (session 18). Graph-safe: the
   // capacity (single sequence) and the table width (pool) are fixed for a captured step.
   // KILN_NORM_FOLD_MIN=N folds from caches of more than N positions instead (experiments: 0 folds
   // every step).
