@@ -108,6 +108,9 @@ want int4-gptq-damp03 && quantize int4-gptq-damp03 int4 --calib "$WORK/calib.txt
   --gptq --gptq-damp 0.03 && ppl int4-gptq-damp03 int4-gptq-damp03 --kl-base "$WORK/bf16.klb"
 want int4-gptq-damp1 && quantize int4-gptq-damp1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --gptq --gptq-damp 0.1 && ppl int4-gptq-damp1 int4-gptq-damp1 --kl-base "$WORK/bf16.klb"
+# Session 18: GPTQ (--gptq's defaults) on the unscaled weights, without the AWQ scale search.
+want int4-gptq-noawq && quantize int4-gptq-noawq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-no-awq && ppl int4-gptq-noawq int4-gptq-noawq --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
@@ -145,6 +148,7 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-gptq-refit1-damp1", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ damped 10%, grids refit"),
           ("int4-gptq-damp03", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ damped 3%, grids refit 3 rounds"),
           ("int4-gptq-damp1", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ damped 10%, grids refit 3 rounds"),
+          ("int4-gptq-noawq", "INT4 (g128/g64), no AWQ scales, 14,848 tokens, GPTQ and grid refit alternated (3 refits)"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),

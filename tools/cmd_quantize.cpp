@@ -44,6 +44,7 @@ struct QuantizeOptions {
   // The clipping search serves round-to-nearest codes; before GPTQ it cost quality (session 13: full
   // corpus, docs/QUANTIZATION.md), so --gptq skips it unless --gptq-clip asks for it.
   bool gptq_clip = false;
+  bool gptq_no_awq = false;  // GPTQ on the unscaled weights: no AWQ scale search (session 18's row)
   int32_t threads = 0;
   int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
   // Rows a matrix input for GPTQ's Hessians: every calibration token up to this many (with 4096 of
@@ -112,21 +113,24 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
              o.calib_ctx);
   const bool clip = !o.no_clip && (!o.gptq || o.gptq_clip);
   auto t0 = std::chrono::steady_clock::now();
-  fmt::print(stderr, "kiln quantize: calibrating on {} tokens of '{}' (windows of {}) ...\n",
-             ids.size() / size_t(o.calib_ctx) * size_t(o.calib_ctx), o.calib, o.calib_ctx);
-  quant::Calibration cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.calib_samples);
-  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; AWQ scale search (alpha in 0..1, 21 points){}:\n",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-             clip ? ", then the clipping search (ratio 1..0.5, 11 points; not q, k)" : "");
-  quant::apply_awq(model.weights, model.config, cal, pool, o.group, clip, [](const quant::AwqChoice& ch) {
-    std::string clip;
-    if (ch.clip_error_before > 0)
-      clip = fmt::format("; clipped {:.4g} -> {:.4g} ({:+.1f}%)", ch.clip_error_before, ch.clip_error_after,
-                         100.0 * (ch.clip_error_after / ch.clip_error_before - 1.0));
-    fmt::print(stderr, "  layer {:3} {:<8} alpha {:.2f}  output error {:.4g} -> {:.4g} ({:+.1f}%){}\n", ch.layer,
-               ch.group, ch.alpha, ch.error_rtn, ch.error,
-               ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0, clip);
-  });
+  quant::Calibration cal;
+  if (!o.gptq_no_awq) {
+    fmt::print(stderr, "kiln quantize: calibrating on {} tokens of '{}' (windows of {}) ...\n",
+               ids.size() / size_t(o.calib_ctx) * size_t(o.calib_ctx), o.calib, o.calib_ctx);
+    cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.calib_samples);
+    fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; AWQ scale search (alpha in 0..1, 21 points){}:\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               clip ? ", then the clipping search (ratio 1..0.5, 11 points; not q, k)" : "");
+    quant::apply_awq(model.weights, model.config, cal, pool, o.group, clip, [](const quant::AwqChoice& ch) {
+      std::string clip;
+      if (ch.clip_error_before > 0)
+        clip = fmt::format("; clipped {:.4g} -> {:.4g} ({:+.1f}%)", ch.clip_error_before, ch.clip_error_after,
+                           100.0 * (ch.clip_error_after / ch.clip_error_before - 1.0));
+      fmt::print(stderr, "  layer {:3} {:<8} alpha {:.2f}  output error {:.4g} -> {:.4g} ({:+.1f}%){}\n", ch.layer,
+                 ch.group, ch.alpha, ch.error_rtn, ch.error,
+                 ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0, clip);
+    });
+  }
   if (!o.gptq) return;
   quant::GptqOptions gopt;
   gopt.act_order = o.gptq_act_order;
@@ -178,9 +182,9 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
              c.n_layers, have / 1e9);
   t0 = std::chrono::steady_clock::now();
   fmt::print(stderr,
-             "kiln quantize: calibrating the scaled model for GPTQ ({} rows a site, {}; act-order {}, MSE group ranges "
+             "kiln quantize: calibrating the {} model for GPTQ ({} rows a site, {}; act-order {}, MSE group ranges "
              "{}) ...\n",
-             rows, summed ? "Hessians summed as they pass" : "rows kept", o.gptq_act_order ? "on" : "off",
+             o.gptq_no_awq ? "unscaled" : "scaled", rows, summed ? "Hessians summed as they pass" : "rows kept", o.gptq_act_order ? "on" : "off",
              o.gptq_mse_grid ? "on" : "off");
   cal = summed ? quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, 0, o.gptq_samples)
                : quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
@@ -196,6 +200,8 @@ void quantize(const QuantizeOptions& o) {
              "--calib (the AWQ scale search) applies to --type int4 only");
   KILN_CHECK(!o.gptq || !o.calib.empty(), invalid_argument, "--gptq needs a calibration text (--calib)");
   KILN_CHECK(o.gptq_samples >= 1, invalid_argument, "--gptq-samples must be at least 1");
+  KILN_CHECK(!(o.gptq_no_awq && o.gptq_clip), invalid_argument,
+             "--gptq-clip runs with the AWQ search, which --gptq-no-awq skips");
   // The head's type: --head-type, else --type (with --head).
   const quant::TargetType head_target = o.head_type.empty() ? target : quant::parse_target_type(o.head_type);
   KILN_CHECK(!o.head || head_target != quant::TargetType::bf16, invalid_argument,
@@ -220,7 +226,7 @@ void quantize(const QuantizeOptions& o) {
   for (const auto& [key, value] : in.metadata()) out.set(key, value);
   out.set_string(gguf::kQuantTypeKey, std::string(quant::target_name(target)));
   out.set_u32(gguf::kQuantVersionKey, 1);
-  out.set_bool(gguf::kQuantAwqKey, !o.calib.empty());
+  out.set_bool(gguf::kQuantAwqKey, !o.calib.empty() && !o.gptq_no_awq);
   if (o.gptq) out.set_bool(gguf::kQuantGptqKey, true);
   else out.erase(gguf::kQuantGptqKey);
   // Without --head an input's head is kept as it is: still quantized if an earlier --head made it so
@@ -346,6 +352,9 @@ void add_quantize_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--gptq-clip", o->gptq_clip,
                 "--gptq: run AWQ's clipping search before GPTQ too (off by default since session 13)")
+      ->needs(gptq);
+  cmd->add_flag("--gptq-no-awq", o->gptq_no_awq,
+                "--gptq: skip the AWQ scale search; GPTQ rounds the unscaled weights (its Hessians from --calib)")
       ->needs(gptq);
   cmd->add_flag("--gptq-act-order,!--no-gptq-act-order", o->gptq_act_order,
                 "--gptq: quantize columns by decreasing input energy (act-order), group grids fixed up front "
