@@ -59,7 +59,7 @@ def test_gptq_refinements_need_gptq(needs_kiln, tmp_path):
     """act-order and the MSE group ranges are on by default with --gptq (session 12); their flags, on
     or off, refine --gptq and are refused without it."""
     out = tmp_path / "never.gguf"
-    for flag in ("--gptq-act-order", "--no-gptq-mse-grid", "--gptq-clip", "--gptq-sequential"):
+    for flag in ("--gptq-act-order", "--no-gptq-mse-grid", "--gptq-clip", "--gptq-sequential", "--gptq-no-awq"):
         q = kiln("quantize", MODEL, out, "--type", "int4", flag)
         assert q.returncode != 0 and "--gptq" in q.stderr, (flag, q.stderr[-500:])
     for flag, value in (("--gptq-refit", "1"), ("--gptq-damp", "0.01")):
@@ -76,4 +76,13 @@ def test_gptq_option_ranges(needs_kiln, tmp_path):
         q = kiln("quantize", MODEL, out, "--type", "int4", "--calib", MODEL, "--gptq", *args)
         assert q.returncode != 0, (args, q.stderr[-500:])
         assert args[0] in q.stderr, (args, q.stderr[-500:])
+    assert not out.exists()
+
+
+def test_gptq_without_awq_refuses_the_clipping_search(needs_kiln, tmp_path):
+    """--gptq-no-awq skips the AWQ search, and the clipping search is part of it: asking for both is
+    refused before any work (session 18)."""
+    out = tmp_path / "never.gguf"
+    q = kiln("quantize", MODEL, out, "--type", "int4", "--calib", MODEL, "--gptq", "--gptq-no-awq", "--gptq-clip")
+    assert q.returncode != 0 and "--gptq-no-awq" in q.stderr, q.stderr[-500:]
     assert not out.exists()
