@@ -448,7 +448,7 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
             qgemv(x.data(), views[size_t(c % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr);
           }, 50);
           record("qgemv", shape, std::string(f.label) + "-seq", t_seq, cost.bytes, cost.flops, copy_gbs, err);
-          if (m == 1) {  // (session 17 run 7's build wrote into the weight the next call read: L2 hits)
+          if (m == 1) {  // the same bytes copied between buffers of their own, as the bf16 rows' "copy"
             const int64_t half = int64_t(cost.bytes / 2) & ~int64_t(15);
             record("qgemv", shape, std::string(f.label) + "-copy", copy_traffic_ms(half), 2.0 * double(half), 0,
                    copy_gbs, 0);
