@@ -114,9 +114,16 @@ struct RopeKvEpi {
     const int64_t n = r < 8 ? lo0 + r : hi0 + r - 8;
     // The unfused path stores the projection as bf16 and RoPE reads that back.
     const float start = bias ? __bfloat162float(bias[n]) : 0.0f;
-    const float v = round_bf16(warp0_value<WA, NT>(red, warps, r, m, start, norm, lane));
+    emit(n, round_bf16(warp0_value<WA, NT>(red, warps, r, m, start, norm, lane)), m < m_actual);
+  }
+
+  // Every lane of one warp, lane l holding row r = l % 16 of a tile (n: its row of the projection)
+  // with its final value v (bias and norm scale applied, bf16-rounded): RoPE with the partner row's
+  // value (one shuffle), then the store into q or the cache. store = false: the lane only feeds the
+  // shuffles. (Also the decode megakernel's qkv epilogue.)
+  __device__ __forceinline__ void emit(int64_t n, float v, bool store) const {
     const float half_partner = __shfl_xor_sync(0xffffffffu, v, 8), pair_partner = __shfl_xor_sync(0xffffffffu, v, 1);
-    if (m >= m_actual) return;
+    if (!store) return;
     const int64_t pos = o.position[0], hd = o.head_dim;
     const int64_t qk_rows = int64_t(o.n_heads + o.n_kv_heads) * hd;
     auto kv_at = [&](int64_t kvh) {  // the element offset of kv head kvh's vector of this token
@@ -162,9 +169,15 @@ struct SwiGluEpi {
     __syncthreads();
     if (threadIdx.x >= 32) return;
     const int lane = int(threadIdx.x), r = lane % 16, m = lane / 16;
-    const float v = round_bf16(warp0_value<WA, NT>(red, warps, r, m, 0.0f, norm, lane));  // gate (r < 8) or up
+    emit(lo0, r, round_bf16(warp0_value<WA, NT>(red, warps, r, m, 0.0f, norm, lane)), m < m_actual);
+  }
+
+  // Every lane of one warp, lane l holding row r = l % 16 of the tile whose gate rows start at lo0,
+  // with its final value v (gate for r < 8, up else): h = silu(gate) * up from the partner's value
+  // (one shuffle). store = false: the lane only feeds the shuffle. (Also the decode megakernel's.)
+  __device__ __forceinline__ void emit(int64_t lo0, int r, float v, bool store) const {
     const float up = __shfl_xor_sync(0xffffffffu, v, 8);
-    if (m >= m_actual || r >= 8) return;
+    if (!store || r >= 8) return;
     h[lo0 + r] = __float2bfloat16(silu_mul_value(v, up));
   }
 };
