@@ -78,6 +78,13 @@ void run(const BenchOptions& o) {
 #endif
   fmt::print("model: {} | backend: {} | device: {} | weights {:.2f} GB\n", label, backend->name(), device_name,
              weight_bytes / 1e9);
+  std::string decode_path;  // how a batch-1 decode step runs on CUDA: the megakernel, or kernels and why
+#ifdef KILN_HAVE_CUDA
+  if (auto* cb = dynamic_cast<CudaBackend*>(backend.get())) {
+    decode_path = cb->uses_megakernel() ? "megakernel" : "kernels (megakernel: " + cb->megakernel_note() + ")";
+    fmt::print("decode step: {}\n", decode_path);
+  }
+#endif
   fmt::print("| {:>8} | {:>16} | {:>9} | {:>8} | {:>6} | {:>9} | {:>8} |\n", "test", "t/s", "ms/step", "GB/s",
              "%copy", "TFLOP/s", "%peak");
   fmt::print("|{:->10}|{:->18}|{:->11}|{:->10}|{:->8}|{:->11}|{:->10}|\n", "", "", "", "", "", "", "");
@@ -132,6 +139,9 @@ void run(const BenchOptions& o) {
       if (r > 0) seconds.push_back(s);
     }
     report(o.depth ? fmt::format("tg{}@d{}", ng, o.depth) : fmt::format("tg{}", ng), seconds, ng, ng, total);
+#ifdef KILN_HAVE_CUDA
+    if (auto* cb = dynamic_cast<CudaBackend*>(backend.get())) fmt::print("{}", cb->megakernel_trace_report());
+#endif
   }
 
   nlohmann::json per_kernel = nlohmann::json::array();
@@ -182,7 +192,7 @@ void run(const BenchOptions& o) {
     KILN_CHECK(out.good(), io, "cannot write '{}'", o.json);
     nlohmann::json j = {{"model", label}, {"backend", backend->name()}, {"device", device_name},
                         {"weight_bytes", weight_bytes}, {"copy_gbs_ceiling", o.copy_gbs},
-                        {"peak_tflops_ceiling", o.peak_tflops}, {"depth", o.depth}, {"results", results},
+                        {"peak_tflops_ceiling", o.peak_tflops}, {"depth", o.depth}, {"decode_path", decode_path}, {"results", results},
                         {"per_kernel", per_kernel}};
     out << j.dump(2) << "\n";
   }

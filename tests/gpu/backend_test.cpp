@@ -170,7 +170,9 @@ TEST_P(GpuBackend, FusedDecodeMatchesUnfusedBitForBit) {
     ModelWeights w = random_weights(c, 11, 0.08f);
     CudaBackendOptions fused_on, fused_off;
     fused_on.norm_fold = false;  // the folded norm rounds differently: FoldedNormDecodeCloseToNormKernel
+    fused_on.megakernel = false;  // so does the megakernel (megakernel_test.cpp)
     fused_off.fused_decode = false;
+    fused_off.megakernel = false;
     CudaBackend a(c, w, fused_on), b(c, w, fused_off);
     auto sa = a.new_sequence(300), sb = b.new_sequence(300);
     auto p = prompt(70, c.vocab_size);  // past one 64-position attention tile
@@ -196,9 +198,11 @@ TEST_P(GpuBackend, FoldedNormDecodeCloseToNormKernel) {
   KILN_REQUIRE_GPU();
   ModelConfig c = config();
   ModelWeights w = random_weights(c, 12, 0.08f);
-  CudaBackendOptions fold_off;
+  CudaBackendOptions fold_on, fold_off;
+  fold_on.megakernel = false;  // the fused kernels (the megakernel folds its norms too: megakernel_test.cpp)
   fold_off.norm_fold = false;
-  CudaBackend a(c, w), b(c, w, fold_off);
+  fold_off.megakernel = false;
+  CudaBackend a(c, w, fold_on), b(c, w, fold_off);
   auto sa = a.new_sequence(300), sb = b.new_sequence(300);
   auto p = prompt(70, c.vocab_size);
   std::vector<float> la, lb;

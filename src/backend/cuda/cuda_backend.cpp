@@ -105,6 +105,13 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   const bool quantized = seq.quant != cuda::KvQuant::none;
   Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized,
                                  m.norm_fold_for(seq.capacity())};
+  if (n == 1 && m.use_megakernel && !quantized) {
+    m.op("embed", profile::embed(1, c.hidden_size),
+         [&] { cuda::embed_gather(m.embed.data(), tokens, a.x, 1, c.hidden_size, m.s()); });
+    m.enqueue_megakernel(a, positions, seq.k.data(), seq.v.data(), seq.capacity() * c.kv_dim(), start);
+    if (out_first < n) m.enqueue_head(a, a.x, 1);
+    return;
+  }
   const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,
@@ -254,6 +261,7 @@ CudaBackend::CudaBackend(ModelConfig config, const ModelWeights& w, CudaBackendO
   }
   m.init_quant_scratch();
   m.decide_fused_decode();
+  m.decide_megakernel();
 }
 
 std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint64_t seed, float scale,
@@ -300,6 +308,7 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   KILN_CUDA_CHECK(cudaStreamSynchronize(s));
   m.init_quant_scratch();
   m.decide_fused_decode();
+  m.decide_megakernel();
   return b;
 }
 
@@ -356,6 +365,7 @@ void CudaBackend::reset_kernel_stats() {
 }
 
 std::vector<profile::TraceEvent> CudaBackend::last_step_trace() const { return impl_->last_trace; }
+
 
 std::vector<KernelStat> CudaBackend::kernel_stats() const {
   std::vector<KernelStat> out;

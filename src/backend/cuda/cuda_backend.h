@@ -46,6 +46,12 @@ struct CudaBackendOptions {
   // NormProduce / NormApply; not the same bits as the norm kernel) in steps over caches of more
   // than 256 positions (CudaBackend::Impl::norm_fold_for). KILN_NORM_FOLD=0 also turns it off.
   bool norm_fold = true;
+  // A single-sequence batch-1 decode step (bf16 cache) as one persistent kernel, the decode
+  // megakernel (kernels/cuda/megakernel/decode_megakernel.h), where the model and the device take
+  // it, instead of the fused kernels above. Off by default: on the H200 it measured 4-12% slower
+  // than those kernels in every format (docs/performance/megakernel.md). KILN_MEGAKERNEL=1 turns it
+  // on for any backend, KILN_MEGAKERNEL=0 off.
+  bool megakernel = false;
 };
 
 // One kernel name's totals over the launches timed since the last reset.
@@ -101,6 +107,11 @@ class CudaBackend final : public Backend {
   std::string profiling_timer() const;  // which timer the last set_profiling(true) chose, and why
   bool profiling_has_kernel_records() const;  // that timer is CUPTI's (last_step_trace has data)
   std::vector<KernelStat> kernel_stats() const;  // sorted by total time, largest first
+  // Whether single-sequence decode steps run the decode megakernel, and if not, why.
+  bool uses_megakernel() const;
+  std::string megakernel_note() const;
+  // With KILN_MEGAKERNEL_TRACE=1, the last megakernel step's phases as a table (else empty).
+  std::string megakernel_trace_report() const;
   // The kernels of the last profiled step as the GPU ran them (CUPTI's timer only; empty with
   // events): kiln profile --trace.
   std::vector<profile::TraceEvent> last_step_trace() const;

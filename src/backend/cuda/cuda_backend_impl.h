@@ -1,6 +1,7 @@
-// The CUDA backend's private state, shared by its two translation units:
-//   cuda_backend.cpp: weights, construction, the single-sequence forward (KvSequence) and its graph;
-//   cuda_batch.cpp:   the paged KV pool and forward_batch (continuous batching) and its graphs.
+// The CUDA backend's private state, shared by its translation units:
+//   cuda_backend.cpp:    weights, construction, the single-sequence forward (KvSequence) and its graph;
+//   cuda_batch.cpp:      the paged KV pool and forward_batch (continuous batching) and its graphs;
+//   cuda_megakernel.cpp: the single-sequence decode step as one kernel (opt-in).
 // Both enqueue the same layer sequence through Impl::enqueue_layers / enqueue_head; they differ
 // only in where K/V go and how attention reads them (the `attend` step).
 #pragma once
@@ -27,6 +28,7 @@
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/megakernel/decode_megakernel.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/stream_hold.h"
 #include "profile/cost_model.h"
@@ -524,6 +526,28 @@ struct CudaBackend::Impl {
         cuda::qgemv_add_norm(in, w.view(), a.x, out, s());
     });
   }
+
+  // ---- the decode megakernel (kernels/cuda/megakernel/decode_megakernel.h) ----
+  // When asked (CudaBackendOptions::megakernel, or KILN_MEGAKERNEL=1; KILN_MEGAKERNEL=0 overrides
+  // both), a single-sequence batch-1 step with a bf16 cache runs its layers as one persistent kernel
+  // where the model takes it: every projection bf16, int8 per channel or int4 in groups of 128
+  // (one format), head_dim 128, an sm_90 device. Decided once, when the weights are in place;
+  // megakernel_note says why not (docs/performance/megakernel.md has the same-binary comparison).
+  bool use_megakernel = false;
+  std::string megakernel_note;
+  cuda::MegakernelModel mk_model;
+  DeviceBuffer<cuda::MegakernelLayer> mk_layers;
+  DeviceBuffer<float> mk_ws, mk_part_ffn;
+  DeviceBuffer<bf16> mk_z_ffn;
+  DeviceBuffer<uint32_t> mk_sync;
+  // KILN_MEGAKERNEL_TRACE=1: every step records where its time went (megakernel_trace_summary).
+  DeviceBuffer<uint64_t> mk_trace;
+
+  void decide_megakernel();  // cuda_megakernel.cpp
+  // The megakernel's step over the single-sequence cache `kv` (layer 0's K and V, layers
+  // kv_layer_stride elements apart): the embedded token in a.x, the last layer's residual left there.
+  void enqueue_megakernel(const cuda_backend::Activations& a, const int32_t* position, bf16* k, bf16* v,
+                          int64_t kv_layer_stride, int64_t past);  // cuda_megakernel.cpp
 
   // ---- the quantized KV cache (--kv-cache int8|fp8, kv_quant.h) ----
   // How caches made from now on store K/V (set from Backend::kv_cache_format by new_sequence and

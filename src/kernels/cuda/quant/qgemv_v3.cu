@@ -161,18 +161,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         const int i = b0 + r * W * 32 + lane;
         float f[8];
         unpack8(v[r], f);
-        if constexpr (F16) {  // fp16(x / 16), and its sums from the rounded values the MMAs see
-          uint32_t h[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const __half2 p = __floats2half2_rn(f[2 * e] * kF16XScale, f[2 * e + 1] * kF16XScale);
-            const float2 back = __half22float2(p);
-            f[2 * e] = back.x;
-            f[2 * e + 1] = back.y;
-            h[e] = *reinterpret_cast<const uint32_t*>(&p);
-          }
-          v[r] = make_uint4(h[0], h[1], h[2], h[3]);
-        }
+        if constexpr (F16) v[r] = f16_over16_piece(f);  // fp16(x / 16); its sums from the rounded values
         float s = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
 #pragma unroll
         for (int o = 1; o < CPU; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);

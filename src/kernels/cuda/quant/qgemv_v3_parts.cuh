@@ -1,6 +1,7 @@
-// The device helpers of qgemv_v3.cu (included only there): the MMA forms, the bit tricks that turn
-// packed int4 / int8 codes into MMA operands, the shared-memory loads, the per-format super-chunk
-// shapes and scale layouts, and the fold of a unit's MMA sums into the fp32 result.
+// The device helpers of qgemv_v3.cu (and of the decode megakernel, which multiplies the same operand
+// forms from shared memory): the MMA forms, the bit tricks that turn packed int4 / int8 codes into
+// MMA operands, the shared-memory loads, the per-format super-chunk shapes and scale layouts, the
+// fp16(x / 16) form of x for int8, and the fold of a unit's MMA sums into the fp32 result.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -43,6 +44,21 @@ __device__ __forceinline__ uint32_t byte_pair_f16(uint32_t w) {
 // the norm weight, not normalized: Llama-family residuals stay below ~1e4, two decades inside.
 // (`KILN_QGEMV_INT8_F16=0` runs the bf16 nibble path, which has no such bound.)
 constexpr float kF16XScale = 0.0625f;
+
+// One 16-byte piece of x in that form: f (its 8 values) becomes the fp16(x / 16) values the MMAs
+// see, back in fp32 (the x sums are taken from these), and the packed halves are returned.
+__device__ __forceinline__ uint4 f16_over16_piece(float (&f)[8]) {
+  uint32_t h[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const __half2 p = __floats2half2_rn(f[2 * e] * kF16XScale, f[2 * e + 1] * kF16XScale);
+    const float2 back = __half22float2(p);
+    f[2 * e] = back.x;
+    f[2 * e + 1] = back.y;
+    h[e] = *reinterpret_cast<const uint32_t*>(&p);
+  }
+  return make_uint4(h[0], h[1], h[2], h[3]);
+}
 
 // ((w >> kShift) & 0x000F000F) | kBase in one LOP3 (+ one SHF): written as C, the compiler emits two
 // LOP3s (one immediate per LOP3), 11 instructions per word instead of 7 (SASS of the first v3 build).
