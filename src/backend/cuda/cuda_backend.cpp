@@ -103,15 +103,15 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok); with a
   // quantized cache only gate/up is fused (FusedDecode::qkv).
   const bool quantized = seq.quant != cuda::KvQuant::none;
-  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized,
-                                 m.norm_fold_for(seq.capacity())};
-  if (n == 1 && m.use_megakernel && !quantized) {
+  if (n == 1 && m.use_megakernel && !quantized) {  // the decode megakernel (opt-in, cuda_megakernel.cpp)
     m.op("embed", profile::embed(1, c.hidden_size),
          [&] { cuda::embed_gather(m.embed.data(), tokens, a.x, 1, c.hidden_size, m.s()); });
     m.enqueue_megakernel(a, positions, seq.k.data(), seq.v.data(), seq.capacity() * c.kv_dim(), start);
     if (out_first < n) m.enqueue_head(a, a.x, 1);
     return;
   }
+  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized,
+                                 m.norm_fold_for(seq.capacity())};
   const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,
@@ -365,7 +365,6 @@ void CudaBackend::reset_kernel_stats() {
 }
 
 std::vector<profile::TraceEvent> CudaBackend::last_step_trace() const { return impl_->last_trace; }
-
 
 std::vector<KernelStat> CudaBackend::kernel_stats() const {
   std::vector<KernelStat> out;

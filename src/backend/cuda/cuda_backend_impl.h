@@ -2,8 +2,8 @@
 //   cuda_backend.cpp:    weights, construction, the single-sequence forward (KvSequence) and its graph;
 //   cuda_batch.cpp:      the paged KV pool and forward_batch (continuous batching) and its graphs;
 //   cuda_megakernel.cpp: the single-sequence decode step as one kernel (opt-in).
-// Both enqueue the same layer sequence through Impl::enqueue_layers / enqueue_head; they differ
-// only in where K/V go and how attention reads them (the `attend` step).
+// The first two enqueue the same layer sequence through Impl::enqueue_layers / enqueue_head; they
+// differ only in where K/V go and how attention reads them (the `attend` step).
 #pragma once
 
 #include <cuda_runtime.h>

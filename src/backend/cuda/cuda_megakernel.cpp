@@ -15,7 +15,10 @@ void CudaBackend::Impl::decide_megakernel() {
     megakernel_note = "off (CudaBackendOptions::megakernel, KILN_MEGAKERNEL=1 turns it on)";
     return;
   }
-  if (layers.empty()) return;
+  if (layers.empty()) {
+    megakernel_note = "no layers";
+    return;
+  }
   const QuantFormat f = layers[0].w_qkv.format;
   std::vector<cuda::MegakernelLayer> table;
   for (const cuda_backend::DeviceLayer& d : layers) {
