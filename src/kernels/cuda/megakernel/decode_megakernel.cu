@@ -199,7 +199,7 @@ struct QkvEpi {
       prefetch_l1(o.cos_sin + pos * half + 16 * r);
   }
   __device__ __forceinline__ void operator()(int64_t lo0, int64_t hi0, int r, float sum) const {
-    const int64_t n = r < 8 ? lo0 + r : hi0 + r - 8;
+    const int64_t n = tile_row(lo0, hi0, r);
     const float start = rope.bias ? __bfloat162float(rope.bias[n]) : 0.0f;
     rope.emit(n, round_bf16(start + s * sum), threadIdx.x % 32 < 16);
   }

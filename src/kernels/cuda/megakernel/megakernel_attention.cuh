@@ -18,6 +18,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/megakernel/megakernel_sync.cuh"
 
 namespace kiln::cuda::mk {
@@ -104,14 +105,7 @@ __device__ void attention_phase(const AttentionArgs& a, float* scratch, int* fla
   float* wl = wm + 8 * GQ;          // (8, GQ) each warp's sum
   float* wacc = wl + 8 * GQ;        // (8, GQ, D) each warp's unnormalized output
   for (int i = tid; i < GQ * D / 8; i += 256) {
-    const uint4 u = ld_cg16(a.q + int64_t(h) * GQ * D + 8 * i);
-    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = __bfloat1622float2(p[e]);
-      qs[8 * i + 2 * e] = f.x;
-      qs[8 * i + 2 * e + 1] = f.y;
-    }
+    unpack8(ld_cg16(a.q + int64_t(h) * GQ * D + 8 * i), qs + 8 * i);
   }
   consumers_sync(256);
 
@@ -149,14 +143,8 @@ __device__ void attention_phase(const AttentionArgs& a, float* scratch, int* fla
     if (valid) {
 #pragma unroll
       for (int i = 0; i < KP; ++i) {
-        const __nv_bfloat162* kp = reinterpret_cast<const __nv_bfloat162*>(&kv[i]);
         float kf[8];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = __bfloat1622float2(kp[e]);
-          kf[2 * e] = f.x;
-          kf[2 * e + 1] = f.y;
-        }
+        unpack8(kv[i], kf);
 #pragma unroll
         for (int g = 0; g < G; ++g)
           if (g < GQ) {

@@ -109,6 +109,9 @@ __device__ __forceinline__ void runs_of(const MegakernelModel& m, int mi, int64_
   }
 }
 
+// Row r (0..15) of the tile whose runs start at lo0 and hi0: the matrix row slot row r holds.
+__device__ __forceinline__ int64_t tile_row(int64_t lo0, int64_t hi0, int r) { return r < 8 ? lo0 + r : hi0 + r - 8; }
+
 template <QuantFormat F>
 __device__ __forceinline__ int64_t row_bytes_of(int64_t cols) {
   return cols * kBytesPer2K<F> / 2;

@@ -52,7 +52,7 @@ __device__ void produce(const Params& p, unsigned char* ring, uint64_t* full, ui
             if (lane == 0) mbar_arrive_expect_tx(&full[slot], bytes);
             __syncwarp();
             const int r = lane % 16;
-            const int64_t row = r < 8 ? lo0 + r : hi0 + r - 8;
+            const int64_t row = tile_row(lo0, hi0, r);
             if (lane < 16)
               bulk_copy(dst + r * kSlotRowStride, w + row * row_bytes + at, vb, &full[slot]);
             else if (F == QuantFormat::int4)
@@ -62,7 +62,7 @@ __device__ void produce(const Params& p, unsigned char* ring, uint64_t* full, ui
           }
           if (p.probe != 2) {
             for (int r = 0; r < 16; ++r) {
-              const int64_t row = r < 8 ? lo0 + r : hi0 + r - 8;
+              const int64_t row = tile_row(lo0, hi0, r);
               const unsigned char* src = w + row * row_bytes + at;
 #pragma unroll 4
               for (int i = 16 * lane; i < int(vb); i += 512) cp_async16(dst + r * kSlotRowStride + i, src + i);
@@ -72,7 +72,7 @@ __device__ void produce(const Params& p, unsigned char* ring, uint64_t* full, ui
               for (int i = lane; i < 16 * (kSlotRowBytes / 128); i += 32) {  // 16 rows x 16 pieces of 16 bytes
                 const int r = i / (kSlotRowBytes / 128), piece = i % (kSlotRowBytes / 128);
                 if (16 * piece < sb) {
-                  const int64_t row = r < 8 ? lo0 + r : hi0 + r - 8;
+                  const int64_t row = tile_row(lo0, hi0, r);
                   cp_async16(dst + 16 * kSlotRowStride + r * kSlotScaleStride + 16 * piece,
                              sc + row * scale_row_bytes + at / 8 + 16 * piece);
                 }
