@@ -55,6 +55,10 @@ struct QuantizeOptions {
   int gptq_refit = 3;  // GptqOptions::refit_rounds
   bool gptq_sequential = false;  // quant::apply_gptq_sequential
   double gptq_damp = 0.01;       // GptqOptions::damp
+  // Two rounds of coordinate descent on the codes (each followed by a refit) since session 20 (full
+  // corpus: +5.21% perplexity against +5.60% without; docs/QUANTIZATION.md); --gptq-descent 0: none.
+  int gptq_descent = 2;          // GptqOptions::descent_rounds
+  bool gptq_asymmetric = false;  // GptqOptions::asymmetric (implies --gptq-sequential)
 };
 
 uint32_t kiln_type_of(QuantFormat f) {
@@ -137,24 +141,32 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   gopt.mse_grid = o.gptq_mse_grid;
   gopt.refit_rounds = o.gptq_refit;
   gopt.damp = o.gptq_damp;
+  gopt.descent_rounds = o.gptq_descent;
+  gopt.asymmetric = o.gptq_asymmetric;
   auto report = [](const quant::GptqReport& r) {
-    fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%)\n", r.layer,
-               r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0);
+    fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%){}\n", r.layer,
+               r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0,
+               r.descent_moves > 0 ? fmt::format("; descent moved {} codes, from {:.4g} ({:+.1f}%)", r.descent_moves,
+                                                 r.error_before_descent,
+                                                 100.0 * (r.error / r.error_before_descent - 1.0))
+                                   : std::string());
   };
   const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  if (o.gptq_sequential) {
+  if (o.gptq_sequential || o.gptq_asymmetric) {
     // Every window at once through the CPU reference, each site quantized as the forward reaches it.
     const int64_t windows = std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx);
     const int64_t rows = windows * o.calib_ctx;
-    const double need = quant::sequential_gptq_bytes(model.config, rows);
+    const double need = quant::sequential_gptq_bytes(model.config, rows, o.gptq_asymmetric);
     KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
-               "--gptq-sequential would hold {:.1f} GB of activations for {} calibration rows, more than 70% of this "
-               "machine's {:.1f} GB: lower --gptq-samples", need / 1e9, rows, have / 1e9);
+               "{} would hold {:.1f} GB of activations for {} calibration rows, more than 70% of this "
+               "machine's {:.1f} GB: lower --gptq-samples", o.gptq_asymmetric ? "--gptq-asymmetric" : "--gptq-sequential",
+               need / 1e9, rows, have / 1e9);
     t0 = std::chrono::steady_clock::now();
     fmt::print(stderr,
-               "kiln quantize: GPTQ in sequence ({} rows in one batched forward, each site quantized as it is reached; "
-               "act-order {}, MSE group ranges {}, refit rounds {}):\n",
-               rows, o.gptq_act_order ? "on" : "off", o.gptq_mse_grid ? "on" : "off", o.gptq_refit);
+               "kiln quantize: GPTQ in sequence{} ({} rows in one batched forward, each site quantized as it is reached; "
+               "act-order {}, MSE group ranges {}, refit rounds {}, descent rounds {}):\n",
+               o.gptq_asymmetric ? ", asymmetric" : "", rows, o.gptq_act_order ? "on" : "off", o.gptq_mse_grid ? "on" : "off", o.gptq_refit,
+               o.gptq_descent);
     quant::apply_gptq_sequential(model.config, model.weights, pool, std::span<const int32_t>(ids).first(size_t(rows)),
                                  o.calib_ctx, o.group, report, gopt);
     fmt::print(stderr, "kiln quantize: GPTQ done in {:.1f} s\n",
@@ -188,8 +200,10 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
              o.gptq_mse_grid ? "on" : "off");
   cal = summed ? quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, 0, o.gptq_samples)
                : quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
-  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping {}% of mean diag, refit rounds {}):\n",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 100 * o.gptq_damp, o.gptq_refit);
+  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping {}% of mean diag, refit rounds {}, "
+             "descent rounds {}):\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 100 * o.gptq_damp, o.gptq_refit,
+             o.gptq_descent);
   quant::apply_gptq(model.weights, cal, pool, o.group, report, gopt);
 }
 
@@ -374,6 +388,16 @@ void add_quantize_command(CLI::App& app) {
       ->check(CLI::Range(1e-6, 1.0))
       ->needs(gptq)
       ->capture_default_str();
+  cmd->add_option("--gptq-descent", o->gptq_descent,
+                  "--gptq: after the refit rounds, rounds of (coordinate descent on the codes, each moved to its "
+                  "least output error with the others held; a refit); 0: none")
+      ->check(CLI::Range(0, 8))
+      ->needs(gptq)
+      ->capture_default_str();
+  cmd->add_flag("--gptq-asymmetric", o->gptq_asymmetric,
+                "--gptq: the sequential form fitting each matrix to the unquantized model's outputs from the "
+                "quantized model's inputs (GPTAQ's asymmetric calibration; implies --gptq-sequential)")
+      ->needs(gptq);
   cmd->add_flag("--gptq-sequential", o->gptq_sequential,
                 "--gptq: quantize in the forward's order, each matrix's Hessian from the inputs the already-quantized "
                 "matrices before it produce (all calibration windows in one batched CPU forward)")

@@ -4,8 +4,10 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "backend/cpu/ops.h"
+#include "quant/gptq_site.h"
+#include "quant/int4_descent.h"
 #include "quant/quantize.h"
-#include "backend/cpu/cpu_backend.h"
 
 namespace kiln::quant {
 namespace {
@@ -388,10 +390,11 @@ const SiteMatrices kSites[] = {{{{"q", &LayerWeights::wq}, {"k", &LayerWeights::
                                {{{"gate", &LayerWeights::w_gate}, {"up", &LayerWeights::w_up}}},
                                {{{"down", &LayerWeights::w_down}}}};
 
-// GPTQ (and the refit rounds) on every matrix of one layer's site, from that site's H.
+}  // namespace
+
 void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, const std::vector<double>& H,
                ThreadPool& pool, int64_t int4_group, const std::function<void(const GptqReport&)>& on_matrix,
-               const GptqOptions& options) {
+               const GptqOptions& options, const std::vector<float>* input_map) {
   GptqOptions opt = options;
   opt.grids = nullptr;  // per matrix: set below for the refit rounds only
   opt.order.clear();
@@ -402,6 +405,14 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
   for (const auto& [name, member] : kSites[site].matrices) {
     HostMatrix& m = layer_w.*member;
     KILN_CHECK(m.cols == cols, internal, "GPTQ: layer {} {} has {} columns, its inputs {}", layer, name, m.cols, cols);
+    if (input_map) {  // W <- W * input_map: y(m, n) = x(m, k) w(n, k)^T with x = W and w = input_map^T
+      std::vector<float> map_t(input_map->size());
+      for (int64_t i = 0; i < cols; ++i)
+        for (int64_t j = 0; j < cols; ++j) map_t[size_t(j * cols + i)] = (*input_map)[size_t(i * cols + j)];
+      std::vector<float> mapped(m.data.size());
+      cpu::matmul(pool, m.data.data(), map_t.data(), nullptr, mapped.data(), m.rows, cols, cols);
+      m.data = std::move(mapped);
+    }
     const int64_t group = int4_group_for(m.cols, int4_group);
     KILN_CHECK(group > 0, unsupported, "int4 needs rows whose length is a multiple of 32, not {}", m.cols);
     GptqReport rep;
@@ -428,6 +439,11 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
           }
       }
     }
+    if (options.descent_rounds > 0) rep.error_before_descent = hessian_error(m.data.data(), q, H, pool);
+    for (int round = 0; round < options.descent_rounds; ++round) {
+      rep.descent_moves += int4_coordinate_descent(m.data.data(), q, H, options.descent_sweeps, pool).moves;
+      refit_int4_grids(m.data.data(), q, H, pool);
+    }
     rep.error = hessian_error(m.data.data(), q, H, pool);
     m.quant = std::move(q);
     dequantize(m.quant, m.data.data());
@@ -435,8 +451,6 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
   }
 }
 
-// H = X^T X over the rows of x, one fp32 product per `chunk` rows summed in fp64 (as calibrate
-// sums a window at a time).
 std::vector<double> hessian_of(const float* x, int64_t rows, int64_t cols, int64_t chunk, ThreadPool& pool) {
   std::vector<double> H(static_cast<size_t>(cols * cols), 0.0);
   std::vector<int64_t> picked;
@@ -447,8 +461,6 @@ std::vector<double> hessian_of(const float* x, int64_t rows, int64_t cols, int64
   }
   return H;
 }
-
-}  // namespace
 
 void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
                 const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options) {
@@ -462,45 +474,6 @@ void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64
       gptq_site(w.layers[l], int64_t(l), site, stats.cols, input_hessian(stats, pool), pool, int4_group, on_matrix,
                 options);
     }
-}
-
-void apply_gptq_sequential(const ModelConfig& config, ModelWeights& w, ThreadPool& pool,
-                           std::span<const int32_t> tokens, int64_t window, int64_t int4_group,
-                           const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options) {
-  KILN_CHECK(window > 0 && int64_t(tokens.size()) >= window, invalid_argument,
-             "the calibration text has {} tokens; it needs at least one window of {}", tokens.size(), window);
-  const int64_t n_windows = int64_t(tokens.size()) / window;
-  CpuBackend backend(config, std::move(w), pool);
-  // The observer sees each site's input for every window at once and quantizes the site's matrices
-  // before the backend multiplies by them: everything after runs on the quantized model.
-  backend.set_activation_observer([&](int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
-    gptq_site(backend.mutable_weights().layers[size_t(layer)], layer, int(site), cols,
-              hessian_of(x, rows, cols, window, pool), pool, int4_group, on_matrix, options);
-  });
-  std::unique_ptr<KvPool> kv = backend.new_kv_pool(int32_t(n_windows), int32_t(window));
-  std::vector<int32_t> table(static_cast<size_t>(n_windows));
-  std::vector<BatchEntry> entries(static_cast<size_t>(n_windows));
-  for (int64_t i = 0; i < n_windows; ++i) {
-    table[size_t(i)] = int32_t(i);
-    entries[size_t(i)].tokens = tokens.subspan(size_t(i * window), size_t(window));
-    entries[size_t(i)].block_table = std::span<const int32_t>(table).subspan(size_t(i), 1);
-  }
-  std::vector<float> logits;
-  try {
-    backend.forward_batch(*kv, entries, logits);
-  } catch (...) {
-    w = std::move(backend.mutable_weights());  // the caller keeps its (partly quantized) weights
-    throw;
-  }
-  w = std::move(backend.mutable_weights());
-}
-
-double sequential_gptq_bytes(const ModelConfig& c, int64_t rows) {
-  // run()'s activations (x, xn, proj: hidden; q, attn: q_dim; k, v: kv_dim; gate, up: intermediate),
-  // the K/V of every layer, one site's fp32 X^T and H products, and GPTQ's ~7 n^2 doubles.
-  const double per_row = 4.0 * double(3 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.intermediate_size +
-                                       2 * c.n_layers * c.kv_dim() + c.intermediate_size);
-  return double(rows) * per_row + 8.0 * 8.0 * double(c.intermediate_size) * double(c.intermediate_size);
 }
 
 }  // namespace kiln::quant

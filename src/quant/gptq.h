@@ -21,7 +21,8 @@
 // Options (GptqOptions, session 11): act-order (columns by decreasing diag H) with static groups,
 // and an MSE-chosen group range. Session 14: a refit of each row's group grids to GPTQ's codes
 // (refit_int4_grids), and the sequential form (apply_gptq_sequential: each site's inputs computed
-// through the already-quantized matrices before it).
+// through the already-quantized matrices before it). Session 20: coordinate descent on the codes
+// after the refit (int4_descent.h) and the sequential form's asymmetric calibration.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +63,16 @@ struct GptqOptions {
   // 0: GPTQ's grids as they came (session 14).
   int refit_rounds = 0;
   double damp = 0.01;  // apply_gptq(_sequential): gptq_inverse_factor's first damping, a share of mean diag H
+  // apply_gptq(_sequential), after the refit rounds: this many rounds of (coordinate descent on the
+  // codes, int4_descent.h, at most descent_sweeps sweeps; a refit of the grids); 0: none (session 20).
+  int descent_rounds = 0;
+  int descent_sweeps = 16;
+  // apply_gptq_sequential only: asymmetric calibration (session 20, after GPTAQ: Li et al., 2025):
+  // each site's matrices fit the unquantized model's outputs, W X, from the inputs X~ the quantized
+  // layers before produce, instead of W X~. That least-squares target is GPTQ on
+  // W* = W (X X~^T) (X~ X~^T + damp I)^-1 with H = X~ X~^T; it pulls each layer back toward the
+  // unquantized model's activations rather than only copying its own matrix.
+  bool asymmetric = false;
   // gptq_int4 only: every (row, group)'s grid, fixed up front (rows x groups; apply_gptq ignores it).
   const std::vector<Int4Grid>* grids = nullptr;
 };
@@ -96,6 +107,8 @@ struct GptqReport {
   std::string matrix;   // "q", "k", "v", "o", "gate", "up", "down"
   double error_rtn = 0;  // hessian_error of round-to-nearest (quantize_int4)
   double error = 0;      // of GPTQ
+  int64_t descent_moves = 0;        // codes the coordinate descent changed (GptqOptions::descent_rounds)
+  double error_before_descent = 0;  // `error` as GPTQ and the refit rounds left it, when descent ran
 };
 
 // Quantizes every layer's q, k, v, o, gate, up and down to int4 through GPTQ, with the Hessians of
@@ -104,7 +117,7 @@ struct GptqReport {
 void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,
                 const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options = {});
 
-// GPTQ in the paper's "true sequential" order (session 14): every window of `tokens` runs through
+// GPTQ in the paper's "true sequential" order (session 14; gptq_sequential.cpp): every window of `tokens` runs through
 // one batched forward of the CPU reference, and each site's matrices are quantized when the
 // forward reaches them, from the H of the inputs that the already-quantized matrices before them
 // (earlier layers, and q/k/v before o, o before gate/up, gate/up before down) produce -- where
@@ -114,7 +127,9 @@ void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64
 void apply_gptq_sequential(const ModelConfig& config, ModelWeights& w, ThreadPool& pool,
                            std::span<const int32_t> tokens, int64_t window, int64_t int4_group,
                            const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options = {});
+// With options.asymmetric it first runs the windows through the unquantized model and keeps every
+// site's inputs (sequential_gptq_bytes counts them).
 // What apply_gptq_sequential holds beyond the weights for `rows` calibration tokens (bytes, about).
-double sequential_gptq_bytes(const ModelConfig& config, int64_t rows);
+double sequential_gptq_bytes(const ModelConfig& config, int64_t rows, bool asymmetric = false);
 
 }  // namespace kiln::quant

@@ -1,0 +1,148 @@
+// GPTQ in the forward's order (gptq.h: apply_gptq_sequential), and its asymmetric form.
+#include <cmath>
+#include <memory>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ops.h"
+#include "core/check.h"
+#include "quant/gptq.h"
+#include "quant/gptq_site.h"
+
+namespace kiln::quant {
+namespace {
+
+// Every window as one sequence each, in one batched forward of `backend`.
+void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64_t window, int64_t n_windows) {
+  std::unique_ptr<KvPool> kv = backend.new_kv_pool(int32_t(n_windows), int32_t(window));
+  std::vector<int32_t> table(static_cast<size_t>(n_windows));
+  std::vector<BatchEntry> entries(static_cast<size_t>(n_windows));
+  for (int64_t i = 0; i < n_windows; ++i) {
+    table[size_t(i)] = int32_t(i);
+    entries[size_t(i)].tokens = tokens.subspan(size_t(i * window), size_t(window));
+    entries[size_t(i)].block_table = std::span<const int32_t>(table).subspan(size_t(i), 1);
+  }
+  std::vector<float> logits;
+  backend.forward_batch(*kv, entries, logits);
+}
+
+// K = (C + D) (H + D)^-1, C = X^T X~ (x: the unquantized model's inputs, xq: the quantized model's,
+// rows x cols each), D = damp * mean(diag H) * I: W K minimizes |W X - W* X~|^2 + |W* - W|^2_D, the
+// least-squares target of asymmetric calibration with a ridge toward W (not toward 0: where the
+// inputs are unchanged, X~ = X, K is I and W* is W).
+std::vector<float> asymmetric_map(const float* x, const float* xq, int64_t rows, int64_t cols,
+                                  const std::vector<double>& H, double damp, ThreadPool& pool) {
+  const int64_t n = cols;
+  // C[i][j] = sum_t x[t][i] xq[t][j]: y(m, n) = a(m, k) b(n, k)^T with a = X^T and b = X~^T.
+  std::vector<float> xt(size_t(n * rows)), xqt(size_t(n * rows)), c(size_t(n * n));
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t i = 0; i < n; ++i) {
+      xt[size_t(i * rows + t)] = x[t * n + i];
+      xqt[size_t(i * rows + t)] = xq[t * n + i];
+    }
+  cpu::matmul(pool, xt.data(), xqt.data(), nullptr, c.data(), n, n, rows);
+  double mean_diag = 0;
+  for (int64_t i = 0; i < n; ++i) mean_diag += H[size_t(i * n + i)] / double(n);
+  // A = H + damp I, lower Cholesky factor L (A = L L^T); row i of K solves A k = c_i (A symmetric).
+  std::vector<double> l(H);
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = damp * mean_diag + (H[size_t(i * n + i)] > 0 ? 0.0 : 1.0);
+    l[size_t(i * n + i)] += d;
+    c[size_t(i * n + i)] += float(d);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    double* lj = l.data() + j * n;
+    double d = lj[j];
+    for (int64_t k = 0; k < j; ++k) d -= lj[k] * lj[k];
+    KILN_CHECK(d > 0 && std::isfinite(d), internal, "asymmetric GPTQ: the damped Hessian is not positive definite");
+    lj[j] = std::sqrt(d);
+    for (int64_t i = j + 1; i < n; ++i) {
+      double* li = l.data() + i * n;
+      double s = li[j];
+      for (int64_t k = 0; k < j; ++k) s -= li[k] * lj[k];
+      li[j] = s / lj[j];
+    }
+  }
+  std::vector<float> K(size_t(n * n));
+  pool.parallel_for(n, [&](int64_t lo, int64_t hi) {
+    std::vector<double> b(static_cast<size_t>(n));
+    for (int64_t r = lo; r < hi; ++r) {
+      for (int64_t i = 0; i < n; ++i) b[size_t(i)] = c[size_t(r * n + i)];
+      for (int64_t i = 0; i < n; ++i) {  // L y = b
+        double s = b[size_t(i)];
+        for (int64_t k = 0; k < i; ++k) s -= l[size_t(i * n + k)] * b[size_t(k)];
+        b[size_t(i)] = s / l[size_t(i * n + i)];
+      }
+      for (int64_t i = n - 1; i >= 0; --i) {  // L^T k = y
+        double s = b[size_t(i)];
+        for (int64_t k = i + 1; k < n; ++k) s -= l[size_t(k * n + i)] * b[size_t(k)];
+        b[size_t(i)] = s / l[size_t(i * n + i)];
+      }
+      for (int64_t i = 0; i < n; ++i) K[size_t(r * n + i)] = float(b[size_t(i)]);
+    }
+  });
+  return K;
+}
+
+}  // namespace
+
+void apply_gptq_sequential(const ModelConfig& config, ModelWeights& w, ThreadPool& pool,
+                           std::span<const int32_t> tokens, int64_t window, int64_t int4_group,
+                           const std::function<void(const GptqReport&)>& on_matrix, const GptqOptions& options) {
+  KILN_CHECK(window > 0 && int64_t(tokens.size()) >= window, invalid_argument,
+             "the calibration text has {} tokens; it needs at least one window of {}", tokens.size(), window);
+  const int64_t n_windows = int64_t(tokens.size()) / window;
+  // Asymmetric: every site's inputs in the unquantized model first ([layer][site], rows x cols).
+  std::vector<std::array<std::vector<float>, 4>> unquantized;
+  if (options.asymmetric) {
+    unquantized.resize(w.layers.size());
+    CpuBackend fp(config, std::move(w), pool);
+    fp.set_activation_observer([&](int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
+      unquantized[size_t(layer)][size_t(site)].assign(x, x + rows * cols);
+    });
+    try {
+      forward_windows(fp, tokens, window, n_windows);
+    } catch (...) {
+      w = std::move(fp.mutable_weights());
+      throw;
+    }
+    w = std::move(fp.mutable_weights());
+  }
+  CpuBackend backend(config, std::move(w), pool);
+  // The observer sees each site's input for every window at once and quantizes the site's matrices
+  // before the backend multiplies by them: everything after runs on the quantized model.
+  backend.set_activation_observer([&](int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
+    const std::vector<double> H = hessian_of(x, rows, cols, window, pool);
+    std::vector<float> map;
+    if (options.asymmetric) {
+      std::vector<float>& fp_x = unquantized[size_t(layer)][size_t(site)];
+      KILN_CHECK(int64_t(fp_x.size()) == rows * cols, internal, "asymmetric GPTQ: layer {} site {} saw {} inputs, then {}",
+                 layer, int(site), fp_x.size(), rows * cols);
+      map = asymmetric_map(fp_x.data(), x, rows, cols, H, options.damp, pool);
+      std::vector<float>().swap(fp_x);  // done with this site
+    }
+    gptq_site(backend.mutable_weights().layers[size_t(layer)], layer, int(site), cols, H, pool, int4_group, on_matrix,
+              options, options.asymmetric ? &map : nullptr);
+  });
+  try {
+    forward_windows(backend, tokens, window, n_windows);
+  } catch (...) {
+    w = std::move(backend.mutable_weights());  // the caller keeps its (partly quantized) weights
+    throw;
+  }
+  w = std::move(backend.mutable_weights());
+}
+
+double sequential_gptq_bytes(const ModelConfig& c, int64_t rows, bool asymmetric) {
+  // run()'s activations (x, xn, proj: hidden; q, attn: q_dim; k, v: kv_dim; gate, up: intermediate),
+  // the K/V of every layer, one site's fp32 X^T and H products, and GPTQ's ~7 n^2 doubles.
+  const double per_row = 4.0 * double(3 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.intermediate_size +
+                                       2 * c.n_layers * c.kv_dim() + c.intermediate_size);
+  // Asymmetric: every site's unquantized inputs (hidden twice, q_dim, intermediate a layer) and two
+  // transposed copies of one site's.
+  const double kept = asymmetric ? 4.0 * double(c.n_layers * (2 * c.hidden_size + c.q_dim() + c.intermediate_size) +
+                                                2 * c.intermediate_size)
+                                 : 0.0;
+  return double(rows) * (per_row + kept) + 8.0 * 8.0 * double(c.intermediate_size) * double(c.intermediate_size);
+}
+
+}  // namespace kiln::quant
