@@ -12,26 +12,6 @@
 namespace kiln::quant {
 namespace {
 
-// In-place lower Cholesky factor of the n x n row-major a (upper triangle left as is); false if a
-// is not positive definite.
-bool cholesky_lower(std::vector<double>& a, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    double* aj = a.data() + j * n;
-    double d = aj[j];
-    for (int64_t k = 0; k < j; ++k) d -= aj[k] * aj[k];
-    if (!(d > 0.0) || !std::isfinite(d)) return false;
-    aj[j] = std::sqrt(d);
-    const double inv = 1.0 / aj[j];
-    for (int64_t i = j + 1; i < n; ++i) {
-      double* ai = a.data() + i * n;
-      double s = ai[j];
-      for (int64_t k = 0; k < j; ++k) s -= ai[k] * aj[k];
-      ai[j] = s * inv;
-    }
-  }
-  return true;
-}
-
 // The lower-triangular inverse of the lower factor l (n x n row-major): x = l^-1, row by row
 // (x_i = (e_i - sum_{k < i} l_ik x_k) / l_ii), so every inner loop runs along a row.
 std::vector<double> lower_inverse(const std::vector<double>& l, int64_t n) {
@@ -202,26 +182,37 @@ std::vector<double> permuted_hessian(const std::vector<double>& H, const std::ve
   return P;
 }
 
-namespace {
-
-// Solves a x = b in place (a: n x n symmetric positive definite, row-major) by Cholesky; false if a
-// is not positive definite.
-bool solve_spd(std::vector<double>& a, std::vector<double>& b, int64_t n) {
-  if (!cholesky_lower(a, n)) return false;
-  for (int64_t i = 0; i < n; ++i) {  // l y = b
-    double s = b[size_t(i)];
-    for (int64_t k = 0; k < i; ++k) s -= a[size_t(i * n + k)] * b[size_t(k)];
-    b[size_t(i)] = s / a[size_t(i * n + i)];
-  }
-  for (int64_t i = n - 1; i >= 0; --i) {  // l^T x = y
-    double s = b[size_t(i)];
-    for (int64_t k = i + 1; k < n; ++k) s -= a[size_t(k * n + i)] * b[size_t(k)];
-    b[size_t(i)] = s / a[size_t(i * n + i)];
+bool cholesky_lower(std::vector<double>& a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    double* aj = a.data() + j * n;
+    double d = aj[j];
+    for (int64_t k = 0; k < j; ++k) d -= aj[k] * aj[k];
+    if (!(d > 0.0) || !std::isfinite(d)) return false;
+    aj[j] = std::sqrt(d);
+    const double inv = 1.0 / aj[j];
+    for (int64_t i = j + 1; i < n; ++i) {
+      double* ai = a.data() + i * n;
+      double s = ai[j];
+      for (int64_t k = 0; k < j; ++k) s -= ai[k] * aj[k];
+      ai[j] = s * inv;
+    }
   }
   return true;
 }
 
-}  // namespace
+void cholesky_solve(const std::vector<double>& l, double* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {  // l y = b
+    double s = b[i];
+    for (int64_t k = 0; k < i; ++k) s -= l[size_t(i * n + k)] * b[k];
+    b[i] = s / l[size_t(i * n + i)];
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {  // l^T x = y
+    double s = b[i];
+    for (int64_t k = i + 1; k < n; ++k) s -= l[size_t(k * n + i)] * b[k];
+    b[i] = s / l[size_t(i * n + i)];
+  }
+}
+
 
 std::vector<Int4Grid> int4_grids_of(const QuantizedMatrix& q) {
   std::vector<Int4Grid> g(q.scales.size());
@@ -316,7 +307,8 @@ int64_t refit_int4_grids(const float* w, QuantizedMatrix& q, const std::vector<d
           a[size_t(i * P + i)] += ridge * d;
           x[size_t(i)] += ridge * d * theta0[size_t(i)];
         }
-        if (!solve_spd(a, x, P)) continue;
+        if (!cholesky_lower(a, P)) continue;
+        cholesky_solve(a, x.data(), P);
         bool finite = true;
         // A scale must stay positive as stored (fp32): GPTQ's next round codes against the grid
         // (Int4Grid::code). The comparison is made on the values as stored.

@@ -1,5 +1,4 @@
 // GPTQ in the forward's order (gptq.h: apply_gptq_sequential), and its asymmetric form.
-#include <cmath>
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
@@ -42,41 +41,20 @@ std::vector<float> asymmetric_map(const float* x, const float* xq, int64_t rows,
   cpu::matmul(pool, xt.data(), xqt.data(), nullptr, c.data(), n, n, rows);
   double mean_diag = 0;
   for (int64_t i = 0; i < n; ++i) mean_diag += H[size_t(i * n + i)] / double(n);
-  // A = H + damp I, lower Cholesky factor L (A = L L^T); row i of K solves A k = c_i (A symmetric).
+  // A = H + D, factored once (A = L L^T); row i of K solves A k = c_i + d_i (A is symmetric).
   std::vector<double> l(H);
   for (int64_t i = 0; i < n; ++i) {
     const double d = damp * mean_diag + (H[size_t(i * n + i)] > 0 ? 0.0 : 1.0);
     l[size_t(i * n + i)] += d;
     c[size_t(i * n + i)] += float(d);
   }
-  for (int64_t j = 0; j < n; ++j) {
-    double* lj = l.data() + j * n;
-    double d = lj[j];
-    for (int64_t k = 0; k < j; ++k) d -= lj[k] * lj[k];
-    KILN_CHECK(d > 0 && std::isfinite(d), internal, "asymmetric GPTQ: the damped Hessian is not positive definite");
-    lj[j] = std::sqrt(d);
-    for (int64_t i = j + 1; i < n; ++i) {
-      double* li = l.data() + i * n;
-      double s = li[j];
-      for (int64_t k = 0; k < j; ++k) s -= li[k] * lj[k];
-      li[j] = s / lj[j];
-    }
-  }
+  KILN_CHECK(cholesky_lower(l, n), internal, "asymmetric GPTQ: the damped Hessian is not positive definite");
   std::vector<float> K(size_t(n * n));
   pool.parallel_for(n, [&](int64_t lo, int64_t hi) {
     std::vector<double> b(static_cast<size_t>(n));
     for (int64_t r = lo; r < hi; ++r) {
       for (int64_t i = 0; i < n; ++i) b[size_t(i)] = c[size_t(r * n + i)];
-      for (int64_t i = 0; i < n; ++i) {  // L y = b
-        double s = b[size_t(i)];
-        for (int64_t k = 0; k < i; ++k) s -= l[size_t(i * n + k)] * b[size_t(k)];
-        b[size_t(i)] = s / l[size_t(i * n + i)];
-      }
-      for (int64_t i = n - 1; i >= 0; --i) {  // L^T k = y
-        double s = b[size_t(i)];
-        for (int64_t k = i + 1; k < n; ++k) s -= l[size_t(k * n + i)] * b[size_t(k)];
-        b[size_t(i)] = s / l[size_t(i * n + i)];
-      }
+      cholesky_solve(l, b.data(), n);
       for (int64_t i = 0; i < n; ++i) K[size_t(r * n + i)] = float(b[size_t(i)]);
     }
   });

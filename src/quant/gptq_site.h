@@ -1,5 +1,5 @@
 // The pieces of GPTQ that apply_gptq (gptq.cpp) and the sequential forms (gptq_sequential.cpp)
-// share: one site's quantization and a Hessian from kept rows.
+// share: one site's quantization, a Hessian from kept rows, and the Cholesky factor and solve.
 #pragma once
 
 #include <cstdint>
@@ -23,5 +23,11 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
 // H = X^T X over the rows of x, one fp32 product per `chunk` rows summed in fp64 (as calibrate
 // sums a window at a time).
 std::vector<double> hessian_of(const float* x, int64_t rows, int64_t cols, int64_t chunk, ThreadPool& pool);
+
+// In-place lower Cholesky factor of the n x n row-major a (upper triangle left as is); false if a
+// is not positive definite.
+bool cholesky_lower(std::vector<double>& a, int64_t n);
+// b (n) <- (l l^T)^-1 b, l the lower factor cholesky_lower left.
+void cholesky_solve(const std::vector<double>& l, double* b, int64_t n);
 
 }  // namespace kiln::quant
