@@ -113,12 +113,10 @@ want int4-gptq-noawq && quantize int4-gptq-noawq int4 --calib "$WORK/calib.txt" 
   --gptq --gptq-descent 0 --gptq-no-awq && ppl int4-gptq-noawq int4-gptq-noawq --kl-base "$WORK/bf16.klb"
 # Session 20: coordinate descent on the codes after the refit rounds (two rounds of descent + refit;
 # --gptq's default since session 20, so the GPTQ rows above pass --gptq-descent 0 to keep their
-# meaning), four rounds, and GPTQ in sequence with asymmetric calibration (each matrix fit to the
+# meaning), and GPTQ in sequence with asymmetric calibration (each matrix fit to the
 # unquantized model's outputs; run without descent).
 want int4-gptq-descent && quantize int4-gptq-descent int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --gptq --gptq-descent 2 && ppl int4-gptq-descent int4-gptq-descent --kl-base "$WORK/bf16.klb"
-want int4-gptq-descent4 && quantize int4-gptq-descent4 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 4 && ppl int4-gptq-descent4 int4-gptq-descent4 --kl-base "$WORK/bf16.klb"
 want int4-gptq-asym && quantize int4-gptq-asym int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --gptq --gptq-descent 0 --gptq-asymmetric && ppl int4-gptq-asym int4-gptq-asym --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
@@ -160,7 +158,6 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-gptq-damp1", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ damped 10%, grids refit 3 rounds"),
           ("int4-gptq-noawq", "INT4 (g128/g64), no AWQ scales, 14,848 tokens, GPTQ and grid refit alternated (3 refits)"),
           ("int4-gptq-descent", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ, 3 refits, 2 rounds of code descent + refit"),
-          ("int4-gptq-descent4", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ, 3 refits, 4 rounds of code descent + refit"),
           ("int4-gptq-asym", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ in sequence with asymmetric calibration, 3 refits"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),

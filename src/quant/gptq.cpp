@@ -213,7 +213,6 @@ void cholesky_solve(const std::vector<double>& l, double* b, int64_t n) {
   }
 }
 
-
 std::vector<Int4Grid> int4_grids_of(const QuantizedMatrix& q) {
   std::vector<Int4Grid> g(q.scales.size());
   for (size_t i = 0; i < g.size(); ++i) g[i] = {q.scales[i], q.mins[i]};
