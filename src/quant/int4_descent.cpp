@@ -44,6 +44,7 @@ Int4DescentResult int4_coordinate_descent(const float* w, QuantizedMatrix& q, co
           const int code = (at % 2 == 0) ? (byte & 0xf) : (byte >> 4);
           // The value that zeroes the error's slope along j is dq_j + r_j / H_jj; its nearest code.
           const double target = (double(dq[size_t(j)]) + r[size_t(j)] / hjj - double(mn)) / double(scale);
+          if (!std::isfinite(target)) continue;  // a zero or non-finite scale: leave the code
           const int best = int(std::clamp(std::nearbyint(target), 0.0, 15.0));
           if (best == code) continue;
           const float value = float(best) * scale + mn;
