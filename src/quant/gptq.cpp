@@ -385,7 +385,7 @@ const SiteMatrices kSites[] = {{{{"q", &LayerWeights::wq}, {"k", &LayerWeights::
 
 void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, const std::vector<double>& H,
                ThreadPool& pool, int64_t int4_group, const std::function<void(const GptqReport&)>& on_matrix,
-               const GptqOptions& options, const std::vector<float>* input_map) {
+               const GptqOptions& options, const std::vector<float>* input_map_t) {
   GptqOptions opt = options;
   opt.grids = nullptr;  // per matrix: set below for the refit rounds only
   opt.order.clear();
@@ -396,12 +396,9 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
   for (const auto& [name, member] : kSites[site].matrices) {
     HostMatrix& m = layer_w.*member;
     KILN_CHECK(m.cols == cols, internal, "GPTQ: layer {} {} has {} columns, its inputs {}", layer, name, m.cols, cols);
-    if (input_map) {  // W <- W * input_map: y(m, n) = x(m, k) w(n, k)^T with x = W and w = input_map^T
-      std::vector<float> map_t(input_map->size());
-      for (int64_t i = 0; i < cols; ++i)
-        for (int64_t j = 0; j < cols; ++j) map_t[size_t(j * cols + i)] = (*input_map)[size_t(i * cols + j)];
+    if (input_map_t) {  // W <- W M: y(m, n) = x(m, k) w(n, k)^T with x = W and w = M^T
       std::vector<float> mapped(m.data.size());
-      cpu::matmul(pool, m.data.data(), map_t.data(), nullptr, mapped.data(), m.rows, cols, cols);
+      cpu::matmul(pool, m.data.data(), input_map_t->data(), nullptr, mapped.data(), m.rows, cols, cols);
       m.data = std::move(mapped);
     }
     const int64_t group = int4_group_for(m.cols, int4_group);

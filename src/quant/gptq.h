@@ -69,9 +69,9 @@ struct GptqOptions {
   int descent_sweeps = 16;
   // apply_gptq_sequential only: asymmetric calibration (session 20, after GPTAQ: Li et al., 2025):
   // each site's matrices fit the unquantized model's outputs, W X, from the inputs X~ the quantized
-  // layers before produce, instead of W X~. That least-squares target is GPTQ on
-  // W* = W (X X~^T) (X~ X~^T + damp I)^-1 with H = X~ X~^T; it pulls each layer back toward the
-  // unquantized model's activations rather than only copying its own matrix.
+  // layers before produce, instead of W X~: GPTQ (H = X~^T X~) on W* = W (C + D) (H + D)^-1,
+  // C = X^T X~, D the damping, a ridge toward W (gptq_sequential.cpp). Measured worse than the
+  // symmetric form on the default model (it fits the calibration text's drift; docs/QUANTIZATION.md).
   bool asymmetric = false;
   // gptq_int4 only: every (row, group)'s grid, fixed up front (rows x groups; apply_gptq ignores it).
   const std::vector<Int4Grid>* grids = nullptr;

@@ -24,7 +24,7 @@ void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64
   backend.forward_batch(*kv, entries, logits);
 }
 
-// K = (C + D) (H + D)^-1, C = X^T X~ (x: the unquantized model's inputs, xq: the quantized model's,
+// K^T (gptq_site's input_map_t) for K = (C + D) (H + D)^-1, C = X^T X~ (x: the unquantized model's inputs, xq: the quantized model's,
 // rows x cols each), D = damp * mean(diag H) * I: W K minimizes |W X - W* X~|^2 + |W* - W|^2_D, the
 // least-squares target of asymmetric calibration with a ridge toward W (not toward 0: where the
 // inputs are unchanged, X~ = X, K is I and W* is W).
@@ -49,16 +49,16 @@ std::vector<float> asymmetric_map(const float* x, const float* xq, int64_t rows,
     c[size_t(i * n + i)] += float(d);
   }
   KILN_CHECK(cholesky_lower(l, n), internal, "asymmetric GPTQ: the damped Hessian is not positive definite");
-  std::vector<float> K(size_t(n * n));
+  std::vector<float> k_t(size_t(n * n));
   pool.parallel_for(n, [&](int64_t lo, int64_t hi) {
     std::vector<double> b(static_cast<size_t>(n));
-    for (int64_t r = lo; r < hi; ++r) {
+    for (int64_t r = lo; r < hi; ++r) {  // row r of K, written as column r of K^T
       for (int64_t i = 0; i < n; ++i) b[size_t(i)] = c[size_t(r * n + i)];
       cholesky_solve(l, b.data(), n);
-      for (int64_t i = 0; i < n; ++i) K[size_t(r * n + i)] = float(b[size_t(i)]);
+      for (int64_t i = 0; i < n; ++i) k_t[size_t(i * n + r)] = float(b[size_t(i)]);
     }
   });
-  return K;
+  return k_t;
 }
 
 }  // namespace
@@ -90,16 +90,16 @@ void apply_gptq_sequential(const ModelConfig& config, ModelWeights& w, ThreadPoo
   // before the backend multiplies by them: everything after runs on the quantized model.
   backend.set_activation_observer([&](int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
     const std::vector<double> H = hessian_of(x, rows, cols, window, pool);
-    std::vector<float> map;
+    std::vector<float> map_t;
     if (options.asymmetric) {
       std::vector<float>& fp_x = unquantized[size_t(layer)][size_t(site)];
       KILN_CHECK(int64_t(fp_x.size()) == rows * cols, internal, "asymmetric GPTQ: layer {} site {} saw {} inputs, then {}",
                  layer, int(site), fp_x.size(), rows * cols);
-      map = asymmetric_map(fp_x.data(), x, rows, cols, H, options.damp, pool);
+      map_t = asymmetric_map(fp_x.data(), x, rows, cols, H, options.damp, pool);
       std::vector<float>().swap(fp_x);  // done with this site
     }
     gptq_site(backend.mutable_weights().layers[size_t(layer)], layer, int(site), cols, H, pool, int4_group, on_matrix,
-              options, options.asymmetric ? &map : nullptr);
+              options, options.asymmetric ? &map_t : nullptr);
   });
   try {
     forward_windows(backend, tokens, window, n_windows);

@@ -13,12 +13,12 @@
 namespace kiln::quant {
 
 // GPTQ (and the refit and descent rounds) on every matrix that reads one layer's site (LinearSite
-// order: 0 q/k/v, 1 o, 2 gate/up, 3 down), from that site's H. With `input_map` (cols x cols,
-// row-major) each matrix W is first replaced by W * input_map, the target asymmetric calibration
-// fits (gptq_sequential.cpp).
+// order: 0 q/k/v, 1 o, 2 gate/up, 3 down), from that site's H. With `input_map_t` (M^T, cols x cols
+// row-major: cpu::matmul's operand layout, so every matrix of the site uses it as it is) each
+// matrix W is first replaced by W M, the target asymmetric calibration fits (gptq_sequential.cpp).
 void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, const std::vector<double>& H,
                ThreadPool& pool, int64_t int4_group, const std::function<void(const GptqReport&)>& on_matrix,
-               const GptqOptions& options, const std::vector<float>* input_map = nullptr);
+               const GptqOptions& options, const std::vector<float>* input_map_t = nullptr);
 
 // H = X^T X over the rows of x, one fp32 product per `chunk` rows summed in fp64 (as calibrate
 // sums a window at a time).

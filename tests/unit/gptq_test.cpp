@@ -47,6 +47,13 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   return w;
 }
 
+// The share of two same-shape int4 matrices' code bytes that are equal.
+double share_of_equal_code_bytes(const QuantizedMatrix& a, const QuantizedMatrix& b) {
+  size_t same = 0;
+  for (size_t i = 0; i < a.q.size(); ++i) same += a.q[i] == b.q[i];
+  return double(same) / double(a.q.size());
+}
+
 TEST(Gptq, InverseFactorIsTheUpperCholeskyOfTheDampedInverse) {
   ThreadPool pool(2);
   const int64_t n = 48;
@@ -166,9 +173,7 @@ TEST(Gptq, SequentialMatchesOneCalibrationWhereNothingIsQuantizedYet) {
     // The same H up to the fp32 order of its sums (one product a window either way): equal codes
     // but for rare rounding ties.
     ASSERT_EQ(a.q.size(), b.q.size());
-    size_t same = 0;
-    for (size_t i = 0; i < a.q.size(); ++i) same += a.q[i] == b.q[i];
-    EXPECT_GE(double(same), 0.99 * double(a.q.size()));
+    EXPECT_GE(share_of_equal_code_bytes(a, b), 0.99);
   }
   for (const LayerWeights& l : seq.layers) {
     EXPECT_EQ(l.wo.quant.format, QuantFormat::int4);
@@ -344,9 +349,7 @@ TEST(Gptq, AsymmetricMatchesSequentialWhereNothingIsQuantizedYet) {
     const QuantizedMatrix& a = (seq.layers[0].*member).quant;
     const QuantizedMatrix& b = (asym.layers[0].*member).quant;
     ASSERT_EQ(a.q.size(), b.q.size());
-    size_t same = 0;
-    for (size_t i = 0; i < a.q.size(); ++i) same += a.q[i] == b.q[i];
-    EXPECT_GE(double(same), 0.99 * double(a.q.size()));
+    EXPECT_GE(share_of_equal_code_bytes(a, b), 0.99);
   }
   EXPECT_EQ(asym.layers.back().w_down.quant.format, QuantFormat::int4);
   EXPECT_NE(seq.layers.back().w_down.quant.q, asym.layers.back().w_down.quant.q);
