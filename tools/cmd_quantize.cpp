@@ -29,6 +29,7 @@
 #include "model/gguf/gguf_writer.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"
+#include "quant/gain_fit.h"
 #include "quant/gptq.h"
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
@@ -59,6 +60,9 @@ struct QuantizeOptions {
   // corpus: +5.21% perplexity against +5.60% without; docs/QUANTIZATION.md); --gptq-descent 0: none.
   int gptq_descent = 2;          // GptqOptions::descent_rounds
   bool gptq_asymmetric = false;  // GptqOptions::asymmetric (implies --gptq-sequential)
+  double gptq_fit_damp = 0;      // GptqOptions::fit_damp
+  bool gain_fit = false;         // quant::fit_channel_gains after GPTQ (session 21)
+  double gain_fit_ridge = 0.01;  // its ridge toward gains of 1, a share of mean diag A
 };
 
 uint32_t kiln_type_of(QuantFormat f) {
@@ -107,6 +111,8 @@ std::string type_label(uint32_t type) {
   return s;
 }
 
+void run_gptq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, std::span<const int32_t> ids);
+
 void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   const Tokenizer& tokenizer = require_tokenizer(model);
   std::string text = read_text_file(o.calib, "calibration text");
@@ -136,12 +142,48 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
     });
   }
   if (!o.gptq) return;
+  // The gain fit's target: the model as GPTQ receives it (AWQ scales folded in), unquantized.
+  ModelWeights reference;
+  if (o.gain_fit) {
+    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx) *
+                         o.calib_ctx;
+    const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    const double need = quant::gain_fit_bytes(model.config, rows) + 2.0 * 4.0 * double(model.config.n_params());
+    KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
+               "--gain-fit would hold {:.1f} GB (two fp32 copies of the model and the activations of {} calibration "
+               "rows), more than 70% of this machine's {:.1f} GB: lower --gptq-samples",
+               need / 1e9, rows, have / 1e9);
+    reference = model.weights;
+  }
+  run_gptq(o, model, pool, ids);
+  if (!o.gain_fit) return;
+  const int64_t windows = std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx);
+  t0 = std::chrono::steady_clock::now();
+  fmt::print(stderr, "kiln quantize: fitting input-channel gains to the unquantized model ({} rows, ridge {}):\n",
+             windows * o.calib_ctx, o.gain_fit_ridge);
+  quant::fit_channel_gains(model.config, std::move(reference), model.weights, pool,
+                           std::span<const int32_t>(ids).first(size_t(windows * o.calib_ctx)), o.calib_ctx,
+                           o.gain_fit_ridge, [](const quant::GainFitReport& r) {
+                             fmt::print(stderr, "  layer {:3} {:<7} output error {:.4g} -> {:.4g} ({:+.1f}%){}\n",
+                                        r.layer, r.site, r.error_before, r.error_after,
+                                        r.error_before > 0 ? 100.0 * (r.error_after / r.error_before - 1.0) : 0.0,
+                                        r.kept ? fmt::format("; gains {:.3f} .. {:.3f}", r.min_gain, r.max_gain)
+                                               : std::string("; gains kept at 1"));
+                           });
+  fmt::print(stderr, "kiln quantize: gain fit done in {:.1f} s\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// GPTQ on the (scaled) model: apply_gptq from a second calibration, or the sequential forms.
+void run_gptq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, std::span<const int32_t> ids) {
+  auto t0 = std::chrono::steady_clock::now();
   quant::GptqOptions gopt;
   gopt.act_order = o.gptq_act_order;
   gopt.mse_grid = o.gptq_mse_grid;
   gopt.refit_rounds = o.gptq_refit;
   gopt.damp = o.gptq_damp;
   gopt.descent_rounds = o.gptq_descent;
+  gopt.fit_damp = o.gptq_fit_damp;
   gopt.asymmetric = o.gptq_asymmetric;
   auto report = [](const quant::GptqReport& r) {
     fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%){}\n", r.layer,
@@ -198,7 +240,7 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
              "{}) ...\n",
              o.gptq_no_awq ? "unscaled" : "scaled", rows, summed ? "Hessians summed as they pass" : "rows kept", o.gptq_act_order ? "on" : "off",
              o.gptq_mse_grid ? "on" : "off");
-  cal = summed ? quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, 0, o.gptq_samples)
+  const quant::Calibration cal = summed ? quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, 0, o.gptq_samples)
                : quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
   fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping {}% of mean diag, refit rounds {}, "
              "descent rounds {}):\n",
@@ -394,6 +436,12 @@ void add_quantize_command(CLI::App& app) {
       ->check(CLI::Range(0, 8))
       ->needs(gptq)
       ->capture_default_str();
+  cmd->add_option("--gptq-fit-damp", o->gptq_fit_damp,
+                  "--gptq: the refit and descent rounds minimize d^T (H + D I) d, D this share of H's mean diagonal "
+                  "(a ridge on the weight error); 0: H as it is")
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(gptq)
+      ->capture_default_str();
   cmd->add_flag("--gptq-asymmetric", o->gptq_asymmetric,
                 "--gptq: the sequential form fitting each matrix to the unquantized model's outputs from the "
                 "quantized model's inputs (GPTAQ's asymmetric calibration; implies --gptq-sequential)")
@@ -402,6 +450,16 @@ void add_quantize_command(CLI::App& app) {
                 "--gptq: quantize in the forward's order, each matrix's Hessian from the inputs the already-quantized "
                 "matrices before it produce (all calibration windows in one batched CPU forward)")
       ->needs(gptq);
+  CLI::Option* gain_fit = cmd->add_flag(
+      "--gain-fit", o->gain_fit,
+      "--gptq: then fit one gain per input channel of every layer's matrix inputs (folded into the norms and the "
+      "rows of v and up) to the unquantized model's outputs");
+  gain_fit->needs(gptq);
+  cmd->add_option("--gain-fit-ridge", o->gain_fit_ridge,
+                  "--gain-fit: the pull of every gain toward 1, a share of the normal matrix's mean diagonal")
+      ->check(CLI::Range(0.0, 100.0))
+      ->needs(gain_fit)
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->callback([o] {
     o->head = o->head || !o->head_type.empty();  // --head-type implies --head

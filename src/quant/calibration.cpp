@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops.h"
@@ -45,6 +46,19 @@ std::vector<float> SiteStats::mean_abs() const {
   std::vector<float> m(static_cast<size_t>(cols));
   for (int64_t i = 0; i < cols; ++i) m[size_t(i)] = tokens ? float(abs_sum[size_t(i)] / double(tokens)) : 0.0f;
   return m;
+}
+
+void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64_t window, int64_t n_windows) {
+  std::unique_ptr<KvPool> kv = backend.new_kv_pool(int32_t(n_windows), int32_t(window));
+  std::vector<int32_t> table(static_cast<size_t>(n_windows));
+  std::vector<BatchEntry> entries(static_cast<size_t>(n_windows));
+  for (int64_t i = 0; i < n_windows; ++i) {
+    table[size_t(i)] = int32_t(i);
+    entries[size_t(i)].tokens = tokens.subspan(size_t(i * window), size_t(window));
+    entries[size_t(i)].block_table = std::span<const int32_t>(table).subspan(size_t(i), 1);
+  }
+  std::vector<float> logits;
+  backend.forward_batch(*kv, entries, logits);
 }
 
 Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,

@@ -17,6 +17,10 @@
 #include "model/config.h"
 #include "model/weights.h"
 
+namespace kiln {
+class CpuBackend;
+}
+
 namespace kiln::quant {
 
 struct SiteStats {
@@ -47,5 +51,10 @@ void add_gram(std::vector<double>& H, const float* x, std::span<const int64_t> r
 Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
                       std::span<const int32_t> tokens, int64_t window, int64_t max_samples,
                       int64_t hessian_rows = 0);
+
+// Every window of `window` tokens of `tokens` (n_windows of them) as a sequence of its own, all in
+// one batched forward of `backend` (the sequential GPTQ and gain-fit passes, whose observers see
+// each site's input for every window at once).
+void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64_t window, int64_t n_windows);
 
 }  // namespace kiln::quant

@@ -393,6 +393,15 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
   const std::vector<float> U =
       opt.order.empty() ? gptq_inverse_factor(H, cols, opt.damp)
                         : gptq_inverse_factor(permuted_hessian(H, opt.order), cols, opt.damp);
+  // The refit's and descent's objective (GptqOptions::fit_damp).
+  std::vector<double> damped;
+  if (options.fit_damp > 0) {
+    damped = H;
+    double mean_diag = 0;
+    for (int64_t i = 0; i < cols; ++i) mean_diag += H[size_t(i * cols + i)] / double(cols);
+    for (int64_t i = 0; i < cols; ++i) damped[size_t(i * cols + i)] += options.fit_damp * mean_diag;
+  }
+  const std::vector<double>& fit_h = damped.empty() ? H : damped;
   for (const auto& [name, member] : kSites[site].matrices) {
     HostMatrix& m = layer_w.*member;
     KILN_CHECK(m.cols == cols, internal, "GPTQ: layer {} {} has {} columns, its inputs {}", layer, name, m.cols, cols);
@@ -411,15 +420,15 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
     // Refit rounds; a GPTQ pass on refit grids can land a row above its previous round, so each row
     // keeps its best round (by its own output error).
     if (options.refit_rounds > 0) {
-      refit_int4_grids(m.data.data(), q, H, pool);
-      std::vector<double> best = hessian_row_errors(m.data.data(), q, H, pool);
+      refit_int4_grids(m.data.data(), q, fit_h, pool);
+      std::vector<double> best = hessian_row_errors(m.data.data(), q, fit_h, pool);
       for (int round = 2; round <= options.refit_rounds; ++round) {
         const std::vector<Int4Grid> grids = int4_grids_of(q);
         GptqOptions again = opt;
         again.grids = &grids;
         QuantizedMatrix next = gptq_int4(m.data.data(), m.rows, m.cols, group, U, pool, again);
-        refit_int4_grids(m.data.data(), next, H, pool);
-        const std::vector<double> err = hessian_row_errors(m.data.data(), next, H, pool);
+        refit_int4_grids(m.data.data(), next, fit_h, pool);
+        const std::vector<double> err = hessian_row_errors(m.data.data(), next, fit_h, pool);
         for (int64_t r = 0; r < m.rows; ++r)
           if (err[size_t(r)] < best[size_t(r)]) {
             best[size_t(r)] = err[size_t(r)];
@@ -429,8 +438,8 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
     }
     if (options.descent_rounds > 0) rep.error_before_descent = hessian_error(m.data.data(), q, H, pool);
     for (int round = 0; round < options.descent_rounds; ++round) {
-      rep.descent_moves += int4_coordinate_descent(m.data.data(), q, H, options.descent_sweeps, pool).moves;
-      refit_int4_grids(m.data.data(), q, H, pool);
+      rep.descent_moves += int4_coordinate_descent(m.data.data(), q, fit_h, options.descent_sweeps, pool).moves;
+      refit_int4_grids(m.data.data(), q, fit_h, pool);
     }
     rep.error = hessian_error(m.data.data(), q, H, pool);
     m.quant = std::move(q);

@@ -22,7 +22,8 @@
 // and an MSE-chosen group range. Session 14: a refit of each row's group grids to GPTQ's codes
 // (refit_int4_grids), and the sequential form (apply_gptq_sequential: each site's inputs computed
 // through the already-quantized matrices before it). Session 20: coordinate descent on the codes
-// after the refit (int4_descent.h) and the sequential form's asymmetric calibration.
+// after the refit (int4_descent.h) and the sequential form's asymmetric calibration. Session 21: the
+// refit and descent on a damped H (GptqOptions::fit_damp).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,9 @@ struct GptqOptions {
   // codes, int4_descent.h, at most descent_sweeps sweeps; a refit of the grids); 0: none (session 20).
   int descent_rounds = 0;
   int descent_sweeps = 16;
+  // The refit and descent rounds minimize d^T (H + fit_damp * mean(diag H) I) d: a ridge on the
+  // weight error, as GPTQ's damping is for its own pass; 0: H as it is (session 21).
+  double fit_damp = 0;
   // apply_gptq_sequential only: asymmetric calibration (session 20, after GPTAQ: Li et al., 2025):
   // each site's matrices fit the unquantized model's outputs, W X, from the inputs X~ the quantized
   // layers before produce, instead of W X~: GPTQ (H = X~^T X~) on W* = W (C + D) (H + D)^-1,

@@ -10,20 +10,6 @@
 namespace kiln::quant {
 namespace {
 
-// Every window as one sequence each, in one batched forward of `backend`.
-void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64_t window, int64_t n_windows) {
-  std::unique_ptr<KvPool> kv = backend.new_kv_pool(int32_t(n_windows), int32_t(window));
-  std::vector<int32_t> table(static_cast<size_t>(n_windows));
-  std::vector<BatchEntry> entries(static_cast<size_t>(n_windows));
-  for (int64_t i = 0; i < n_windows; ++i) {
-    table[size_t(i)] = int32_t(i);
-    entries[size_t(i)].tokens = tokens.subspan(size_t(i * window), size_t(window));
-    entries[size_t(i)].block_table = std::span<const int32_t>(table).subspan(size_t(i), 1);
-  }
-  std::vector<float> logits;
-  backend.forward_batch(*kv, entries, logits);
-}
-
 // K^T (gptq_site's input_map_t) for K = (C + D) (H + D)^-1, C = X^T X~ (x: the unquantized model's inputs, xq: the quantized model's,
 // rows x cols each), D = damp * mean(diag H) * I: W K minimizes |W X - W* X~|^2 + |W* - W|^2_D, the
 // least-squares target of asymmetric calibration with a ridge toward W (not toward 0: where the

@@ -6,7 +6,8 @@
 // refit of the grids to the codes: exact where the codes fit a grid exactly, and never raising the
 // output error GPTQ left. Session 20's coordinate descent on the codes: no move from
 // round-to-nearest under a diagonal Hessian, and after GPTQ and the refit a lower error, row by row
-// never a higher one, with the grids untouched.
+// never a higher one, with the grids untouched. Session 21's damped refit and descent: closer
+// weights, a higher calibration error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -148,6 +149,37 @@ TEST(Gptq, MoreRefitRoundsNeverRaiseAMatrixError) {
   }
   ASSERT_EQ(errors[0].size(), errors[1].size());
   for (size_t i = 0; i < errors[0].size(); ++i) EXPECT_LE(errors[1][i], errors[0][i] * (1 + 1e-9)) << "matrix " << i;
+}
+
+// The refit and descent on H damped (GptqOptions::fit_damp, session 21): a ridge on the weight
+// error. A strong one (the mean diagonal) ends with the weights closer to the unquantized ones and
+// a higher output error on the calibration rows than the undamped rounds.
+TEST(Gptq, FitDampTradesOutputErrorForWeightError) {
+  ThreadPool pool(2);
+  const ModelConfig c = test::tiny_config();
+  std::vector<int32_t> tokens(128);
+  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  double output_error[2] = {0, 0}, weight_error[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const ModelWeights fp = random_weights(c, 13, 0.5f);
+    ModelWeights w = fp;
+    quant::GptqOptions opt;
+    opt.act_order = opt.mse_grid = true;
+    opt.refit_rounds = 1;
+    opt.descent_rounds = 1;
+    opt.fit_damp = k == 0 ? 0.0 : 1.0;
+    quant::apply_gptq(w, quant::calibrate(c, w, pool, tokens, 32, 128), pool, 32,
+                      [&](const quant::GptqReport& r) { output_error[k] += r.error; }, opt);
+    for (size_t l = 0; l < w.layers.size(); ++l)
+      for (auto m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,
+                     &LayerWeights::w_gate, &LayerWeights::w_up, &LayerWeights::w_down}) {
+        const std::vector<float>& a = (fp.layers[l].*m).data;
+        const std::vector<float>& b = (w.layers[l].*m).data;
+        for (size_t i = 0; i < a.size(); ++i) weight_error[k] += double(a[i] - b[i]) * double(a[i] - b[i]);
+      }
+  }
+  EXPECT_LT(weight_error[1], weight_error[0]);
+  EXPECT_GT(output_error[1], output_error[0]);
 }
 
 // Sequential GPTQ (session 14): layer 0's q, k and v see the unquantized model's inputs, so they

@@ -23,9 +23,11 @@ enum class LinearSite : uint8_t {
   mlp_in,    // normalized x, the input of gate and up
   mlp_act,   // silu(gate) * up, the input of down
 };
-// Called with every row of a site's input (rows x cols, row-major) in each forward.
+// Called with every row of a site's input (rows x cols, row-major) in each forward. An observer
+// may scale x's columns in place, together with the weights that produce them (quant/gain_fit.h):
+// the forward goes on with x as the observer leaves it.
 using ActivationObserver =
-    std::function<void(int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols)>;
+    std::function<void(int64_t layer, LinearSite site, float* x, int64_t rows, int64_t cols)>;
 
 class CpuBackend final : public Backend {
  public:
