@@ -123,6 +123,8 @@ want int4-gptq-gainfit && quantize int4-gptq-gainfit int4 --calib "$WORK/calib.t
   --gptq --gptq-descent 2 --gain-fit && ppl int4-gptq-gainfit int4-gptq-gainfit --kl-base "$WORK/bf16.klb"
 want int4-gptq-fitdamp && quantize int4-gptq-fitdamp int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --gptq --gptq-descent 2 --gptq-fit-damp 0.01 && ppl int4-gptq-fitdamp int4-gptq-fitdamp --kl-base "$WORK/bf16.klb"
+want int4-gptq-fitdamp10 && quantize int4-gptq-fitdamp10 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq --gptq-descent 2 --gptq-fit-damp 0.1 && ppl int4-gptq-fitdamp10 int4-gptq-fitdamp10 --kl-base "$WORK/bf16.klb"
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
@@ -165,6 +167,7 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-gptq-asym", "INT4 (g128/g64) + AWQ scales, 14,848 tokens, GPTQ in sequence with asymmetric calibration, 3 refits"),
           ("int4-gptq-gainfit", "INT4 (g128/g64), the default --gptq, then input-channel gains fitted to the unquantized model"),
           ("int4-gptq-fitdamp", "INT4 (g128/g64), the default --gptq with the refit and descent on H damped by 1%"),
+          ("int4-gptq-fitdamp10", "INT4 (g128/g64), the default --gptq with the refit and descent on H damped by 10%"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),
