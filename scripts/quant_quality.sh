@@ -66,61 +66,63 @@ want int4-awq-noclip && quantize int4-awq-noclip int4 --calib "$WORK/calib.txt" 
 # GPTQ instead of round-to-nearest; and the same calibration with round-to-nearest codes (the control).
 want int4-awq-16k && quantize int4-awq-16k int4 --calib "$WORK/calib.txt" --calib-tokens 16384 &&
   ppl int4-awq-16k int4-awq-16k --kl-base "$WORK/bf16.klb"
-want int4-awq-gptq && quantize int4-awq-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq --gptq-descent 0 --gptq-refit 0 --gptq-clip \
+want int4-awq-gptq && quantize int4-awq-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 0 --gptq-clip \
   --no-gptq-act-order --no-gptq-mse-grid && ppl int4-awq-gptq int4-awq-gptq --kl-base "$WORK/bf16.klb"
 # Session 11: GPTQ with act-order (static group grids) and / or the MSE-chosen group range (both the
 # default with --gptq since session 12).
-want int4-awq-gptq-ao && quantize int4-awq-gptq-ao int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq --gptq-descent 0 --gptq-refit 0 --gptq-clip \
+want int4-awq-gptq-ao && quantize int4-awq-gptq-ao int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 0 --gptq-clip \
   --no-gptq-mse-grid && ppl int4-awq-gptq-ao int4-awq-gptq-ao --kl-base "$WORK/bf16.klb"
-want int4-awq-gptq-mse && quantize int4-awq-gptq-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq --gptq-descent 0 --gptq-refit 0 --gptq-clip \
+want int4-awq-gptq-mse && quantize int4-awq-gptq-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 0 --gptq-clip \
   --no-gptq-act-order && ppl int4-awq-gptq-mse int4-awq-gptq-mse --kl-base "$WORK/bf16.klb"
 want int4-awq-gptq-ao-mse && quantize int4-awq-gptq-ao-mse int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-refit 0 --gptq-clip && ppl int4-awq-gptq-ao-mse int4-awq-gptq-ao-mse --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 0 --gptq-clip && ppl int4-awq-gptq-ao-mse int4-awq-gptq-ao-mse --kl-base "$WORK/bf16.klb"
 # Session 13: the same calibrated on 49,152 tokens of the longer calibration text (all of the book
 # after the evaluation text), the AWQ search and GPTQ's Hessians (summed as the rows pass) alike.
 want int4-awq-gptq-long && quantize int4-awq-gptq-long int4 --calib "$WORK/calib_long.txt" --calib-tokens 49152 \
-  --gptq-samples 49152 --gptq --gptq-descent 0 --gptq-refit 0 --gptq-clip && ppl int4-awq-gptq-long int4-awq-gptq-long --kl-base "$WORK/bf16.klb"
+  --gptq-samples 49152 --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 0 --gptq-clip && ppl int4-awq-gptq-long int4-awq-gptq-long --kl-base "$WORK/bf16.klb"
 # Session 13: GPTQ (act-order, MSE ranges) after the AWQ scales without the clipping search.
 want int4-awq-noclip-gptq && quantize int4-awq-noclip-gptq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --no-clip --gptq --gptq-descent 0 --gptq-refit 0 && ppl int4-awq-noclip-gptq int4-awq-noclip-gptq --kl-base "$WORK/bf16.klb"
+  --no-clip --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 0 && ppl int4-awq-noclip-gptq int4-awq-noclip-gptq --kl-base "$WORK/bf16.klb"
 # Session 14: the same, each group's scale and min then refit to GPTQ's codes (least squares in the
 # output error); refit3: refit, GPTQ again on the refit grids, twice, then a last refit (--gptq's
 # default since session 14, so the rows above pass --gptq-refit 0 to keep their meaning).
 want int4-gptq-refit1 && quantize int4-gptq-refit1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-refit 1 && ppl int4-gptq-refit1 int4-gptq-refit1 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 1 && ppl int4-gptq-refit1 int4-gptq-refit1 --kl-base "$WORK/bf16.klb"
 want int4-gptq-refit3 && quantize int4-gptq-refit3 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-refit 3 && ppl int4-gptq-refit3 int4-gptq-refit3 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 3 && ppl int4-gptq-refit3 int4-gptq-refit3 --kl-base "$WORK/bf16.klb"
 # Session 14: GPTQ in the forward's order (--gptq-sequential), without and with one refit.
 want int4-gptq-seq && quantize int4-gptq-seq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-sequential --gptq-refit 0 && ppl int4-gptq-seq int4-gptq-seq --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-sequential --gptq-refit 0 && ppl int4-gptq-seq int4-gptq-seq --kl-base "$WORK/bf16.klb"
 want int4-gptq-seq-refit1 && quantize int4-gptq-seq-refit1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-sequential --gptq-refit 1 && ppl int4-gptq-seq-refit1 int4-gptq-seq-refit1 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-sequential --gptq-refit 1 && ppl int4-gptq-seq-refit1 int4-gptq-seq-refit1 --kl-base "$WORK/bf16.klb"
 # Session 14: five rounds (each row keeping its best).
 want int4-gptq-refit5 && quantize int4-gptq-refit5 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-refit 5 && ppl int4-gptq-refit5 int4-gptq-refit5 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 5 && ppl int4-gptq-refit5 int4-gptq-refit5 --kl-base "$WORK/bf16.klb"
 # Session 14: less and more damping of H, with one refit.
 want int4-gptq-refit1-damp001 && quantize int4-gptq-refit1-damp001 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-refit 1 --gptq-damp 0.001 && ppl int4-gptq-refit1-damp001 int4-gptq-refit1-damp001 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 1 --gptq-damp 0.001 && ppl int4-gptq-refit1-damp001 int4-gptq-refit1-damp001 --kl-base "$WORK/bf16.klb"
 want int4-gptq-refit1-damp1 && quantize int4-gptq-refit1-damp1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-refit 1 --gptq-damp 0.1 && ppl int4-gptq-refit1-damp1 int4-gptq-refit1-damp1 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-refit 1 --gptq-damp 0.1 && ppl int4-gptq-refit1-damp1 int4-gptq-refit1-damp1 --kl-base "$WORK/bf16.klb"
 # Session 15: more damping with --gptq's defaults (three refits): 3% and 10% of the mean diagonal.
 want int4-gptq-damp03 && quantize int4-gptq-damp03 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-damp 0.03 && ppl int4-gptq-damp03 int4-gptq-damp03 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-damp 0.03 && ppl int4-gptq-damp03 int4-gptq-damp03 --kl-base "$WORK/bf16.klb"
 want int4-gptq-damp1 && quantize int4-gptq-damp1 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-damp 0.1 && ppl int4-gptq-damp1 int4-gptq-damp1 --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-damp 0.1 && ppl int4-gptq-damp1 int4-gptq-damp1 --kl-base "$WORK/bf16.klb"
 # Session 18: GPTQ (--gptq's defaults) on the unscaled weights, without the AWQ scale search.
 want int4-gptq-noawq && quantize int4-gptq-noawq int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-no-awq && ppl int4-gptq-noawq int4-gptq-noawq --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-no-awq && ppl int4-gptq-noawq int4-gptq-noawq --kl-base "$WORK/bf16.klb"
 # Session 20: coordinate descent on the codes after the refit rounds (two rounds of descent + refit;
 # --gptq's default since session 20, so the GPTQ rows above pass --gptq-descent 0 to keep their
 # meaning), and GPTQ in sequence with asymmetric calibration (each matrix fit to the
 # unquantized model's outputs; run without descent).
 want int4-gptq-descent && quantize int4-gptq-descent int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 2 && ppl int4-gptq-descent int4-gptq-descent --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 2 && ppl int4-gptq-descent int4-gptq-descent --kl-base "$WORK/bf16.klb"
 want int4-gptq-asym && quantize int4-gptq-asym int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 0 --gptq-asymmetric && ppl int4-gptq-asym int4-gptq-asym --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 0 --gptq-asymmetric && ppl int4-gptq-asym int4-gptq-asym --kl-base "$WORK/bf16.klb"
 want int4-gptq-gainfit && quantize int4-gptq-gainfit int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
-  --gptq --gptq-descent 2 --gain-fit && ppl int4-gptq-gainfit int4-gptq-gainfit --kl-base "$WORK/bf16.klb"
+  --gptq --gptq-fit-damp 0 --gptq-descent 2 --gain-fit && ppl int4-gptq-gainfit int4-gptq-gainfit --kl-base "$WORK/bf16.klb"
+# Session 21: the refit and descent on H damped by 1% and by 10% (--gptq's default since session 21,
+# so the GPTQ rows above pass --gptq-fit-damp 0 to keep their meaning).
 want int4-gptq-fitdamp && quantize int4-gptq-fitdamp int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --gptq --gptq-descent 2 --gptq-fit-damp 0.01 && ppl int4-gptq-fitdamp int4-gptq-fitdamp --kl-base "$WORK/bf16.klb"
 want int4-gptq-fitdamp10 && quantize int4-gptq-fitdamp10 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \

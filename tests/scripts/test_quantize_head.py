@@ -60,21 +60,24 @@ def test_gptq_refinements_need_gptq(needs_kiln, tmp_path):
     or off, refine --gptq and are refused without it."""
     out = tmp_path / "never.gguf"
     for flag in ("--gptq-act-order", "--no-gptq-mse-grid", "--gptq-clip", "--gptq-sequential", "--gptq-no-awq",
-                 "--gptq-asymmetric"):
+                 "--gptq-asymmetric", "--gain-fit"):
         q = kiln("quantize", MODEL, out, "--type", "int4", flag)
         assert q.returncode != 0 and "--gptq" in q.stderr, (flag, q.stderr[-500:])
-    for flag, value in (("--gptq-refit", "1"), ("--gptq-damp", "0.01"), ("--gptq-descent", "2")):
+    for flag, value in (("--gptq-refit", "1"), ("--gptq-damp", "0.01"), ("--gptq-descent", "2"),
+                        ("--gptq-fit-damp", "0.1")):
         q = kiln("quantize", MODEL, out, "--type", "int4", flag, value)
         assert q.returncode != 0 and "--gptq" in q.stderr, (flag, q.stderr[-500:])
     assert not out.exists()
 
 
 def test_gptq_option_ranges(needs_kiln, tmp_path):
-    """Session 14's and 20's options refuse impossible values before any work: refit and descent
-    rounds 0..8, a damping share in (0, 1]."""
+    """Session 14's, 20's and 21's options refuse impossible values before any work: refit and descent
+    rounds 0..8, a damping share in (0, 1], a fit damping in [0, 1], a gain-fit ridge >= 0 (and only
+    with --gain-fit)."""
     out = tmp_path / "never.gguf"
     for args in (("--gptq-refit", "9"), ("--gptq-refit", "-1"), ("--gptq-damp", "0"), ("--gptq-damp", "2"),
-                 ("--gptq-descent", "9"), ("--gptq-descent", "-1")):
+                 ("--gptq-descent", "9"), ("--gptq-descent", "-1"), ("--gptq-fit-damp", "-0.1"),
+                 ("--gptq-fit-damp", "2"), ("--gain-fit-ridge", "1")):
         q = kiln("quantize", MODEL, out, "--type", "int4", "--calib", MODEL, "--gptq", *args)
         assert q.returncode != 0, (args, q.stderr[-500:])
         assert args[0] in q.stderr, (args, q.stderr[-500:])
