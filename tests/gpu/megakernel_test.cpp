@@ -186,7 +186,9 @@ TEST(GpuMegakernelScope, FallsBackWithAReason) {
   for (const KernelStat& st : q.kernel_stats()) EXPECT_NE(st.name, "decode.megakernel");
 
   CudaBackend d(c2, random_weights(c2, 3, 0.06f));  // default options
-  if (std::getenv("KILN_MEGAKERNEL") == nullptr) EXPECT_FALSE(d.uses_megakernel());
+  if (std::getenv("KILN_MEGAKERNEL") == nullptr) {
+    EXPECT_FALSE(d.uses_megakernel());
+  }
 }
 
 }  // namespace

@@ -209,7 +209,9 @@ TEST(GpuSampling, RowsNonFiniteLogits) {
     for (int64_t r = 0; r < rows; ++r) {
       ASSERT_GE(got[size_t(r)], 0) << "row " << r;
       ASSERT_LT(got[size_t(r)], vocab) << "row " << r;
-      if (r >= 1) EXPECT_FALSE(std::isnan(logits[size_t(r * vocab + got[size_t(r)])])) << "row " << r;
+      if (r >= 1) {
+        EXPECT_FALSE(std::isnan(logits[size_t(r * vocab + got[size_t(r)])])) << "row " << r;
+      }
     }
     EXPECT_EQ(got[4], 1234);
   }
