@@ -115,6 +115,15 @@ std::string type_label(uint32_t type) {
 
 void run_gptq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, std::span<const int32_t> ids);
 
+// The machine's memory in bytes (0 when unknown): what the GPTQ and gain-fit passes check against.
+double machine_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)); }
+
+// The calibration rows the one-forward passes (sequential GPTQ, gain fit) run: whole windows of
+// --calib-ctx, up to --gptq-samples, at least one.
+int64_t forward_rows(const QuantizeOptions& o, std::span<const int32_t> ids) {
+  return std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx) * o.calib_ctx;
+}
+
 void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   const Tokenizer& tokenizer = require_tokenizer(model);
   std::string text = read_text_file(o.calib, "calibration text");
@@ -146,10 +155,9 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   if (!o.gptq) return;
   // The gain fit's target: the model as GPTQ receives it (AWQ scales folded in), unquantized.
   ModelWeights reference;
+  const int64_t rows = forward_rows(o, ids);
   if (o.gain_fit) {
-    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx) *
-                         o.calib_ctx;
-    const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    const double have = machine_bytes();
     const double need = quant::gain_fit_bytes(model.config, rows) + 2.0 * 4.0 * double(model.config.n_params());
     KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
                "--gain-fit would hold {:.1f} GB (two fp32 copies of the model and the activations of {} calibration "
@@ -159,12 +167,11 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
   }
   run_gptq(o, model, pool, ids);
   if (!o.gain_fit) return;
-  const int64_t windows = std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx);
   t0 = std::chrono::steady_clock::now();
   fmt::print(stderr, "kiln quantize: fitting input-channel gains to the unquantized model ({} rows, ridge {}):\n",
-             windows * o.calib_ctx, o.gain_fit_ridge);
+             rows, o.gain_fit_ridge);
   quant::fit_channel_gains(model.config, std::move(reference), model.weights, pool,
-                           std::span<const int32_t>(ids).first(size_t(windows * o.calib_ctx)), o.calib_ctx,
+                           std::span<const int32_t>(ids).first(size_t(rows)), o.calib_ctx,
                            o.gain_fit_ridge, [](const quant::GainFitReport& r) {
                              fmt::print(stderr, "  layer {:3} {:<7} output error {:.4g} -> {:.4g} ({:+.1f}%){}\n",
                                         r.layer, r.site, r.error_before, r.error_after,
@@ -195,11 +202,10 @@ void run_gptq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, st
                                                  100.0 * (r.error / r.error_before_descent - 1.0))
                                    : std::string());
   };
-  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double have = machine_bytes();
   if (o.gptq_sequential || o.gptq_asymmetric) {
     // Every window at once through the CPU reference, each site quantized as the forward reaches it.
-    const int64_t windows = std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx);
-    const int64_t rows = windows * o.calib_ctx;
+    const int64_t rows = forward_rows(o, ids);
     const double need = quant::sequential_gptq_bytes(model.config, rows, o.gptq_asymmetric);
     KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
                "{} would hold {:.1f} GB of activations for {} calibration rows, more than 70% of this "

@@ -48,7 +48,15 @@ std::vector<float> SiteStats::mean_abs() const {
   return m;
 }
 
-void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64_t window, int64_t n_windows) {
+void forward_windows(const ModelConfig& config, ModelWeights& w, ThreadPool& pool, std::span<const int32_t> tokens,
+                     int64_t window, const WindowObserver& observer) {
+  const int64_t n_windows = window > 0 ? int64_t(tokens.size()) / window : 0;
+  KILN_CHECK(n_windows > 0, invalid_argument, "the calibration text has {} tokens; it needs at least one window of {}",
+             tokens.size(), window);
+  CpuBackend backend(config, std::move(w), pool);
+  backend.set_activation_observer([&](int64_t layer, LinearSite site, float* x, int64_t rows, int64_t cols) {
+    observer(backend.mutable_weights(), layer, site, x, rows, cols);
+  });
   std::unique_ptr<KvPool> kv = backend.new_kv_pool(int32_t(n_windows), int32_t(window));
   std::vector<int32_t> table(static_cast<size_t>(n_windows));
   std::vector<BatchEntry> entries(static_cast<size_t>(n_windows));
@@ -58,7 +66,13 @@ void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64
     entries[size_t(i)].block_table = std::span<const int32_t>(table).subspan(size_t(i), 1);
   }
   std::vector<float> logits;
-  backend.forward_batch(*kv, entries, logits);
+  try {
+    backend.forward_batch(*kv, entries, logits);
+  } catch (...) {
+    w = std::move(backend.mutable_weights());
+    throw;
+  }
+  w = std::move(backend.mutable_weights());
 }
 
 Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,

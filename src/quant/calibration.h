@@ -10,16 +10,14 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/weights.h"
-
-namespace kiln {
-class CpuBackend;
-}
 
 namespace kiln::quant {
 
@@ -52,9 +50,15 @@ Calibration calibrate(const ModelConfig& config, const ModelWeights& weights, Th
                       std::span<const int32_t> tokens, int64_t window, int64_t max_samples,
                       int64_t hessian_rows = 0);
 
-// Every window of `window` tokens of `tokens` (n_windows of them) as a sequence of its own, all in
-// one batched forward of `backend` (the sequential GPTQ and gain-fit passes, whose observers see
-// each site's input for every window at once).
-void forward_windows(CpuBackend& backend, std::span<const int32_t> tokens, int64_t window, int64_t n_windows);
+// forward_windows' observer: a site's input for every window at once, with the weights the forward
+// runs on, which it may change (cpu_backend.h's ActivationObserver, and the weights with it).
+using WindowObserver =
+    std::function<void(ModelWeights& w, int64_t layer, LinearSite site, float* x, int64_t rows, int64_t cols)>;
+
+// Every whole window of `window` tokens of `tokens` as a sequence of its own, all in one batched
+// forward of a CPU backend over w (the sequential GPTQ and gain-fit passes). w is moved into the
+// backend and given back, also when the forward throws: the caller keeps what the observer changed.
+void forward_windows(const ModelConfig& config, ModelWeights& w, ThreadPool& pool, std::span<const int32_t> tokens,
+                     int64_t window, const WindowObserver& observer);
 
 }  // namespace kiln::quant

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/ops.h"
 #include "core/check.h"
 #include "quant/calibration.h"
 #include "quant/gptq_site.h"
@@ -14,50 +13,25 @@
 namespace kiln::quant {
 namespace {
 
-constexpr std::array<const char*, 4> kSiteNames = {"q/k/v", "o", "gate/up", "down"};
-
-std::vector<const HostMatrix*> site_matrices(const LayerWeights& L, int site) {
-  switch (site) {
-    case 0: return {&L.wq, &L.wk, &L.wv};
-    case 1: return {&L.wo};
-    case 2: return {&L.w_gate, &L.w_up};
-    default: return {&L.w_down};
-  }
-}
-
-// a (rows x cols, row-major) as cols x rows: cpu::matmul's operand layout for a^T.
-std::vector<float> transposed(const float* a, int64_t rows, int64_t cols) {
-  std::vector<float> t(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < cols; ++i) t[size_t(i * rows + r)] = a[r * cols + i];
-  return t;
-}
-
-// A^T B (cols x cols) for a and b of rows x cols each, one fp32 product per `chunk` rows summed in
-// fp64 (hessian_of's rule).
-std::vector<double> cross_of(const float* a, const float* b, int64_t rows, int64_t cols, int64_t chunk,
-                             ThreadPool& pool) {
+// sum over the site's matrices of P^T R (cols x cols), P from layer p and R from layer r.
+std::vector<double> products(const LayerWeights& p, const LayerWeights& r, int site, int64_t cols, ThreadPool& pool) {
   std::vector<double> out(static_cast<size_t>(cols * cols), 0.0);
-  std::vector<float> y(out.size());
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t k = std::min(chunk, rows - r0);
-    const std::vector<float> at = transposed(a + r0 * cols, k, cols), bt = transposed(b + r0 * cols, k, cols);
-    cpu::matmul(pool, at.data(), bt.data(), nullptr, y.data(), cols, cols, k);
-    for (size_t i = 0; i < y.size(); ++i) out[i] += double(y[i]);
-  }
-  return out;
-}
-
-// sum over the site's matrices of P^T R (cols x cols), P and R the matrices' values taken from
-// `p` and `r` (rows_M x cols each).
-std::vector<double> products(const std::vector<const HostMatrix*>& p, const std::vector<const HostMatrix*>& r,
-                             int64_t cols, ThreadPool& pool) {
-  std::vector<double> out(static_cast<size_t>(cols * cols), 0.0);
-  for (size_t m = 0; m < p.size(); ++m) {
-    const std::vector<double> one = cross_of(p[m]->data.data(), r[m]->data.data(), p[m]->rows, cols, p[m]->rows, pool);
+  for (const SiteMatrix& m : site_matrices(site)) {
+    const HostMatrix &a = p.*m.member, &b = r.*m.member;
+    const std::vector<double> one = cross_product_of(a.data.data(), b.data.data(), a.rows, cols, a.rows, pool);
     for (size_t i = 0; i < out.size(); ++i) out[i] += one[i];
   }
   return out;
+}
+
+// "q/k/v", "o", "gate/up", "down".
+std::string site_name(int site) {
+  std::string name;
+  for (const SiteMatrix& m : site_matrices(site)) {
+    if (!name.empty()) name += '/';
+    name += m.name;
+  }
+  return name;
 }
 
 double frobenius_dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -82,47 +56,38 @@ void scale_int4_row(HostMatrix& m, int64_t r, float c) {
 void fit_channel_gains(const ModelConfig& config, ModelWeights reference, ModelWeights& w, ThreadPool& pool,
                        std::span<const int32_t> tokens, int64_t window, double ridge,
                        const std::function<void(const GainFitReport&)>& on_site) {
-  KILN_CHECK(window > 0 && int64_t(tokens.size()) >= window, invalid_argument,
-             "the calibration text has {} tokens; it needs at least one window of {}", tokens.size(), window);
   KILN_CHECK(ridge >= 0 && std::isfinite(ridge), invalid_argument, "the gain fit's ridge must be >= 0, got {}", ridge);
   for (const LayerWeights& L : w.layers)
     for (int site = 0; site < 4; ++site)
-      for (const HostMatrix* m : site_matrices(L, site))
-        KILN_CHECK(m->quant.format == QuantFormat::int4, invalid_argument,
-                   "the gain fit runs on int4 matrices (after GPTQ), not {}", format_name(m->quant.format));
-  const int64_t n_windows = int64_t(tokens.size()) / window;
-  tokens = tokens.first(size_t(n_windows * window));
+      for (const SiteMatrix& m : site_matrices(site))
+        KILN_CHECK((L.*m.member).quant.format == QuantFormat::int4, invalid_argument,
+                   "the gain fit runs on int4 matrices (after GPTQ), not {}", format_name((L.*m.member).quant.format));
 
   // Every site's inputs in the unquantized model, [layer][site] (rows x cols).
   std::vector<std::array<std::vector<float>, 4>> fp_x(w.layers.size());
-  {
-    CpuBackend fp(config, std::move(reference), pool);
-    fp.set_activation_observer([&](int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
-      fp_x[size_t(layer)][size_t(site)].assign(x, x + rows * cols);
-    });
-    forward_windows(fp, tokens, window, n_windows);
-    reference = std::move(fp.mutable_weights());
-  }
+  forward_windows(config, reference, pool, tokens, window,
+                  [&](ModelWeights&, int64_t layer, LinearSite site, const float* x, int64_t rows, int64_t cols) {
+                    fp_x[size_t(layer)][size_t(site)].assign(x, x + rows * cols);
+                  });
 
   // Under grouped-query attention o's input channel i is v's channel kv_of(i).
   const int64_t hd = config.head_dim, heads_per_kv = config.n_heads / config.n_kv_heads;
   auto kv_of = [&](int64_t i) { return (i / hd) / heads_per_kv * hd + i % hd; };
 
-  CpuBackend backend(config, std::move(w), pool);
-  backend.set_activation_observer([&](int64_t layer, LinearSite s, float* x, int64_t rows, int64_t cols) {
+  forward_windows(config, w, pool, tokens, window,
+                  [&](ModelWeights& q, int64_t layer, LinearSite s, float* x, int64_t rows, int64_t cols) {
     const int site = int(s);
     std::vector<float>& xf = fp_x[size_t(layer)][size_t(site)];
     KILN_CHECK(int64_t(xf.size()) == rows * cols, internal, "gain fit: layer {} site {} saw {} inputs, then {}", layer,
                site, xf.size(), rows * cols);
-    LayerWeights& L = backend.mutable_weights().layers[size_t(layer)];
-    const std::vector<const HostMatrix*> q_m = site_matrices(L, site);
-    const std::vector<const HostMatrix*> w_m = site_matrices(reference.layers[size_t(layer)], site);
+    LayerWeights& L = q.layers[size_t(layer)];
+    const LayerWeights& R = reference.layers[size_t(layer)];
 
     // E(c) = c^T A c - 2 b^T c + e0 over the site's inputs (gain_fit.h).
     const std::vector<double> Hq = hessian_of(x, rows, cols, window, pool), H = hessian_of(xf.data(), rows, cols, window, pool);
-    const std::vector<double> C = cross_of(x, xf.data(), rows, cols, window, pool);
-    const std::vector<double> QQ = products(q_m, q_m, cols, pool), QW = products(q_m, w_m, cols, pool),
-                              WW = products(w_m, w_m, cols, pool);
+    const std::vector<double> C = cross_product_of(x, xf.data(), rows, cols, window, pool);
+    const std::vector<double> QQ = products(L, L, site, cols, pool), QW = products(L, R, site, cols, pool),
+                              WW = products(R, R, site, cols, pool);
     std::vector<float>().swap(xf);  // done with this site's unquantized inputs
     // Parameters: one gain a channel, but o's channels that read one v channel share theirs.
     const int64_t n = site == 1 ? config.kv_dim() : cols;
@@ -147,12 +112,11 @@ void fit_channel_gains(const ModelConfig& config, ModelWeights reference, ModelW
     };
     GainFitReport report;
     report.layer = layer;
-    report.site = kSiteNames[size_t(site)];
+    report.site = site_name(site);
     report.error_before = report.error_after = error_at(std::vector<double>(size_t(n), 1.0));
 
     // (A + D) c = b + D 1, D = ridge * mean(diag A) I: the ridge pulls every gain toward 1.
-    double mean_diag = 0;
-    for (int64_t i = 0; i < n; ++i) mean_diag += A[size_t(i * n + i)] / double(n);
+    const double mean_diag = mean_diagonal(A, n);
     std::vector<double> l(A), c(b);
     for (int64_t i = 0; i < n; ++i) {
       const double d = ridge * mean_diag + (A[size_t(i * n + i)] > 0 ? 0.0 : 1.0);  // a dead channel keeps 1
@@ -192,13 +156,6 @@ void fit_channel_gains(const ModelConfig& config, ModelWeights reference, ModelW
     }
     if (on_site) on_site(report);
   });
-  try {
-    forward_windows(backend, tokens, window, n_windows);
-  } catch (...) {
-    w = std::move(backend.mutable_weights());
-    throw;
-  }
-  w = std::move(backend.mutable_weights());
 }
 
 double gain_fit_bytes(const ModelConfig& c, int64_t rows) {

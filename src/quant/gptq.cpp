@@ -372,16 +372,25 @@ void copy_int4_row(const QuantizedMatrix& from, QuantizedMatrix& to, int64_t r) 
   std::copy_n(from.mins.begin() + r * groups, groups, to.mins.begin() + r * groups);
 }
 
-// The matrices that read each LinearSite's input.
-struct SiteMatrices {
-  std::vector<std::pair<const char*, HostMatrix LayerWeights::*>> matrices;
-};
-const SiteMatrices kSites[] = {{{{"q", &LayerWeights::wq}, {"k", &LayerWeights::wk}, {"v", &LayerWeights::wv}}},
-                               {{{"o", &LayerWeights::wo}}},
-                               {{{"gate", &LayerWeights::w_gate}, {"up", &LayerWeights::w_up}}},
-                               {{{"down", &LayerWeights::w_down}}}};
+constexpr SiteMatrix kSiteMatrices[] = {{"q", &LayerWeights::wq},      {"k", &LayerWeights::wk},
+                                        {"v", &LayerWeights::wv},      {"o", &LayerWeights::wo},
+                                        {"gate", &LayerWeights::w_gate}, {"up", &LayerWeights::w_up},
+                                        {"down", &LayerWeights::w_down}};
+constexpr int kSiteFirst[] = {0, 3, 4, 6, 7};  // site s: kSiteMatrices[kSiteFirst[s] .. kSiteFirst[s + 1])
 
 }  // namespace
+
+std::span<const SiteMatrix> site_matrices(int site) {
+  KILN_CHECK(site >= 0 && site < 4, internal, "no matrix input site {}", site);
+  return std::span<const SiteMatrix>(kSiteMatrices).subspan(size_t(kSiteFirst[site]),
+                                                             size_t(kSiteFirst[site + 1] - kSiteFirst[site]));
+}
+
+double mean_diagonal(const std::vector<double>& a, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[size_t(i * n + i)] / double(n);
+  return s;
+}
 
 void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, const std::vector<double>& H,
                ThreadPool& pool, int64_t int4_group, const std::function<void(const GptqReport&)>& on_matrix,
@@ -397,12 +406,11 @@ void gptq_site(LayerWeights& layer_w, int64_t layer, int site, int64_t cols, con
   std::vector<double> damped;
   if (options.fit_damp > 0) {
     damped = H;
-    double mean_diag = 0;
-    for (int64_t i = 0; i < cols; ++i) mean_diag += H[size_t(i * cols + i)] / double(cols);
-    for (int64_t i = 0; i < cols; ++i) damped[size_t(i * cols + i)] += options.fit_damp * mean_diag;
+    const double d = options.fit_damp * mean_diagonal(H, cols);
+    for (int64_t i = 0; i < cols; ++i) damped[size_t(i * cols + i)] += d;
   }
   const std::vector<double>& fit_h = damped.empty() ? H : damped;
-  for (const auto& [name, member] : kSites[site].matrices) {
+  for (const auto& [name, member] : site_matrices(site)) {
     HostMatrix& m = layer_w.*member;
     KILN_CHECK(m.cols == cols, internal, "GPTQ: layer {} {} has {} columns, its inputs {}", layer, name, m.cols, cols);
     if (input_map_t) {  // W <- W M: y(m, n) = x(m, k) w(n, k)^T with x = W and w = M^T
@@ -457,6 +465,26 @@ std::vector<double> hessian_of(const float* x, int64_t rows, int64_t cols, int64
     add_gram(H, x, picked, cols, pool);
   }
   return H;
+}
+
+std::vector<double> cross_product_of(const float* a, const float* b, int64_t rows, int64_t cols, int64_t chunk,
+                                     ThreadPool& pool) {
+  // y(m, n) = x(m, k) w(n, k)^T with x = A^T and w = B^T (cols x k each, a chunk's rows transposed).
+  std::vector<double> out(static_cast<size_t>(cols * cols), 0.0);
+  std::vector<float> y(out.size()), at, bt;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t k = std::min(chunk, rows - r0);
+    at.resize(size_t(cols * k));
+    bt.resize(size_t(cols * k));
+    for (int64_t t = 0; t < k; ++t)
+      for (int64_t i = 0; i < cols; ++i) {
+        at[size_t(i * k + t)] = a[(r0 + t) * cols + i];
+        bt[size_t(i * k + t)] = b[(r0 + t) * cols + i];
+      }
+    cpu::matmul(pool, at.data(), bt.data(), nullptr, y.data(), cols, cols, k);
+    for (size_t i = 0; i < y.size(); ++i) out[i] += double(y[i]);
+  }
+  return out;
 }
 
 void apply_gptq(ModelWeights& w, const Calibration& cal, ThreadPool& pool, int64_t int4_group,

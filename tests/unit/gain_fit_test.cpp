@@ -18,12 +18,6 @@
 namespace kiln {
 namespace {
 
-std::vector<int32_t> calibration_tokens() {
-  std::vector<int32_t> tokens(128);
-  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
-  return tokens;
-}
-
 // The tiny model with every linear matrix int4 (round to nearest, group 32).
 ModelWeights int4_model(const ModelConfig& c) {
   ModelWeights w = random_weights(c, 13, 0.5f);
@@ -76,7 +70,7 @@ TEST(GainFit, FindsGainsPlantedAtEveryKindOfSite) {
   scale_columns(ref.layers[1].w_down, g_down);
   const std::vector<uint8_t> codes_v = w.layers[0].wv.quant.q, codes_up = w.layers[1].w_up.quant.q;
 
-  const std::vector<int32_t> tokens = calibration_tokens();
+  const std::vector<int32_t> tokens = test::calibration_tokens();
   std::vector<quant::GainFitReport> reports;
   quant::fit_channel_gains(c, ref, w, pool, tokens, 32, 0.0,
                            [&](const quant::GainFitReport& r) { reports.push_back(r); });
@@ -128,7 +122,7 @@ TEST(GainFit, LeavesAModelWithNothingToCorrectAsItIs) {
   ModelWeights w = int4_model(c);
   const ModelWeights before = w;
   int sites = 0;
-  quant::fit_channel_gains(c, before, w, pool, calibration_tokens(), 32, 0.01, [&](const quant::GainFitReport& r) {
+  quant::fit_channel_gains(c, before, w, pool, test::calibration_tokens(), 32, 0.01, [&](const quant::GainFitReport& r) {
     ++sites;
     EXPECT_FALSE(r.kept) << "layer " << r.layer << " " << r.site;
   });
@@ -148,7 +142,7 @@ TEST(GainFit, LayerZeroErrorIsTheMatricesOwnOutputError) {
   const ModelConfig c = test::tiny_config();
   const ModelWeights ref = random_weights(c, 13, 0.5f);
   ModelWeights w = int4_model(c);
-  const std::vector<int32_t> tokens = calibration_tokens();
+  const std::vector<int32_t> tokens = test::calibration_tokens();
   const quant::Calibration cal = quant::calibrate(c, ref, pool, tokens, 32, 128);
   const std::vector<double> H = quant::input_hessian(cal.layers[0][0], pool);
   double want = 0;
@@ -172,8 +166,8 @@ TEST(GainFit, RefusesAMatrixThatIsNotInt4) {
   const ModelConfig c = test::tiny_config();
   ModelWeights w = int4_model(c);
   quant::quantize_matrix(w.layers[1].wo, quant::TargetType::int8);
-  EXPECT_THROW(quant::fit_channel_gains(c, w, w, pool, calibration_tokens(), 32, 0.01, nullptr), Error);
-  EXPECT_THROW(quant::fit_channel_gains(c, w, w, pool, calibration_tokens(), 32, -1.0, nullptr), Error);
+  EXPECT_THROW(quant::fit_channel_gains(c, w, w, pool, test::calibration_tokens(), 32, 0.01, nullptr), Error);
+  EXPECT_THROW(quant::fit_channel_gains(c, w, w, pool, test::calibration_tokens(), 32, -1.0, nullptr), Error);
 }
 
 }  // namespace

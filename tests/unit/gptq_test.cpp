@@ -111,8 +111,7 @@ TEST(Gptq, OnATinyModelNoMatrixLosesToRoundToNearest) {
   ThreadPool pool(2);
   const ModelConfig c = test::tiny_config();
   ModelWeights w = random_weights(c, 13, 0.5f);
-  std::vector<int32_t> tokens(128);
-  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  const std::vector<int32_t> tokens = test::calibration_tokens();
   const quant::Calibration cal = quant::calibrate(c, w, pool, tokens, 32, 128);
   int matrices = 0;
   quant::apply_gptq(w, cal, pool, 32, [&](const quant::GptqReport& r) {
@@ -135,8 +134,7 @@ TEST(Gptq, OnATinyModelNoMatrixLosesToRoundToNearest) {
 TEST(Gptq, MoreRefitRoundsNeverRaiseAMatrixError) {
   ThreadPool pool(2);
   const ModelConfig c = test::tiny_config();
-  std::vector<int32_t> tokens(128);
-  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  const std::vector<int32_t> tokens = test::calibration_tokens();
   std::vector<double> errors[2];
   for (int k = 0; k < 2; ++k) {
     ModelWeights w = random_weights(c, 13, 0.5f);
@@ -157,8 +155,7 @@ TEST(Gptq, MoreRefitRoundsNeverRaiseAMatrixError) {
 TEST(Gptq, FitDampTradesOutputErrorForWeightError) {
   ThreadPool pool(2);
   const ModelConfig c = test::tiny_config();
-  std::vector<int32_t> tokens(128);
-  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  const std::vector<int32_t> tokens = test::calibration_tokens();
   double output_error[2] = {0, 0}, weight_error[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
     const ModelWeights fp = random_weights(c, 13, 0.5f);
@@ -189,8 +186,7 @@ TEST(Gptq, SequentialMatchesOneCalibrationWhereNothingIsQuantizedYet) {
   ThreadPool pool(2);
   const ModelConfig c = test::tiny_config();
   ModelWeights once = random_weights(c, 13, 0.5f), seq = random_weights(c, 13, 0.5f);
-  std::vector<int32_t> tokens(128);
-  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  const std::vector<int32_t> tokens = test::calibration_tokens();
   quant::apply_gptq(once, quant::calibrate(c, once, pool, tokens, 32, 128), pool, 32, nullptr);
   int matrices = 0;
   quant::apply_gptq_sequential(c, seq, pool, tokens, 32, 32, [&](const quant::GptqReport& r) {
@@ -369,8 +365,7 @@ TEST(Gptq, AsymmetricMatchesSequentialWhereNothingIsQuantizedYet) {
   ThreadPool pool(2);
   const ModelConfig c = test::tiny_config();
   ModelWeights seq = random_weights(c, 13, 0.5f), asym = random_weights(c, 13, 0.5f);
-  std::vector<int32_t> tokens(128);
-  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  const std::vector<int32_t> tokens = test::calibration_tokens();
   quant::apply_gptq_sequential(c, seq, pool, tokens, 32, 32, nullptr);
   quant::GptqOptions opt;
   opt.asymmetric = true;

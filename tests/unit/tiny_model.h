@@ -1,7 +1,9 @@
 // A tiny random Llama-shaped model on the CPU backend, for tests of batching and the engine.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
@@ -25,6 +27,13 @@ inline ModelConfig tiny_config() {
   c.rope.rot_dim = 16;
   c.rope.style = RopeStyle::half;
   return c;
+}
+
+// 128 tokens of the tiny vocabulary, for the calibration passes (src/quant) in windows of 32.
+inline std::vector<int32_t> calibration_tokens() {
+  std::vector<int32_t> tokens(128);
+  for (int i = 0; i < 128; ++i) tokens[size_t(i)] = (i * 29 + 3) % 97;
+  return tokens;
 }
 
 // scale 0.5 makes the logits spread enough that greedy decoding does not loop on one token.
