@@ -8,6 +8,8 @@ and preface (everything before the "Chapter 1. GNU/Linux tutorials" heading) are
 characters of the rest (about 115k SmolLM2 tokens); the calibration text for the AWQ search is taken
 from the end of the book, disjoint from it. calib_long.txt is all of the book after the evaluation
 text (about 95k tokens, calib.txt its last part): the larger calibration for GPTQ's Hessians.
+tune.txt is calib_long.txt without calib.txt (about 80k tokens): text for the end-to-end grid tuning
+(kiln quantize --tune-text) that GPTQ did not fit its codes to.
 
 usage: quant_corpus.py DEBIAN_REFERENCE_TXT_GZ OUT_DIR
 """
@@ -35,6 +37,7 @@ def main() -> None:
     (out / "eval.txt").write_text(body[:eval_end], encoding="utf-8")
     (out / "calib.txt").write_text(body[calib_start:], encoding="utf-8")
     (out / "calib_long.txt").write_text(body[eval_end:], encoding="utf-8")
+    (out / "tune.txt").write_text(body[eval_end:calib_start], encoding="utf-8")
     print(f"eval.txt: {eval_end} characters; calib.txt: {len(body) - calib_start} characters; "
           f"calib_long.txt: {len(body) - eval_end} characters")
 

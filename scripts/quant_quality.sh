@@ -22,7 +22,8 @@ PKG_VERSION=2.100
 mkdir -p "$WORK"
 
 # 1. The corpus: Debian's debian-reference-en package, fetched (no root needed) and unpacked.
-if [[ ! -f "$WORK/eval.txt" || ! -f "$WORK/calib_long.txt" ]]; then  # calib_long.txt: since session 13
+# calib_long.txt: since session 13; tune.txt: since session 22
+if [[ ! -f "$WORK/eval.txt" || ! -f "$WORK/calib_long.txt" || ! -f "$WORK/tune.txt" ]]; then
   deb=$(ls "$WORK"/${PKG}_*.deb 2>/dev/null | head -1 || true)
   if [[ -z "$deb" ]]; then
     (cd "$WORK" && apt-get download "$PKG=$PKG_VERSION")
@@ -34,10 +35,10 @@ fi
 
 # 2. The models: the bf16 baseline (the Q4_1 GGUF dequantized, rounded to bf16), then each format
 #    quantized from it.
-quantize() {  # name type [extra args]
+quantize() {  # name type [extra args]; SRC=file: quantize that file instead of the baseline
   local out="$WORK/$1.gguf"
   [[ -f "$out" ]] && return 0
-  local src="$WORK/bf16.gguf"
+  local src="${SRC:-$WORK/bf16.gguf}"
   [[ "$1" == bf16 ]] && src="$MODEL"
   "$KILN" quantize "$src" "$out" --type "$2" -t "$THREADS" "${@:3}" > "$WORK/$1.quantize.log" 2>&1
 }
@@ -127,6 +128,25 @@ want int4-gptq-fitdamp && quantize int4-gptq-fitdamp int4 --calib "$WORK/calib.t
   --gptq --gptq-descent 2 --gptq-fit-damp 0.01 && ppl int4-gptq-fitdamp int4-gptq-fitdamp --kl-base "$WORK/bf16.klb"
 want int4-gptq-fitdamp10 && quantize int4-gptq-fitdamp10 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 \
   --gptq --gptq-descent 2 --gptq-fit-damp 0.1 && ppl int4-gptq-fitdamp10 int4-gptq-fitdamp10 --kl-base "$WORK/bf16.klb"
+# Session 22: the residual stream and values rotated first (--rotate): alone in bf16 (what the rotation
+# itself costs), then with round-to-nearest int4 and with the default --gptq.
+want rot-bf16 && quantize rot-bf16 bf16 --rotate && ppl rot-bf16 rot-bf16 --kl-base "$WORK/bf16.klb"
+want int4-rot && quantize int4-rot int4 --rotate && ppl int4-rot int4-rot --kl-base "$WORK/bf16.klb"
+want int4-gptq-rot && quantize int4-gptq-rot int4 --rotate --calib "$WORK/calib.txt" --calib-tokens 16384 \
+  --gptq && ppl int4-gptq-rot int4-gptq-rot --kl-base "$WORK/bf16.klb"
+# Session 22: the default --gptq file's grids tuned end to end against the baseline (--tune-epochs), on
+# text GPTQ did not see (tune.txt), one gain a row or every group's scale and min.
+gptq_default() {
+  quantize int4-gptq-fitdamp10 int4 --calib "$WORK/calib.txt" --calib-tokens 16384 --gptq --gptq-descent 2 --gptq-fit-damp 0.1
+}
+tune() {  # name [extra args]
+  gptq_default && SRC="$WORK/int4-gptq-fitdamp10.gguf" quantize "$1" int4 --calib "$WORK/calib.txt" \
+    --tune-epochs 1 --tune-text "$WORK/tune.txt" --tune-tokens 16384 --tune-teacher "$WORK/bf16.gguf" "${@:2}" &&
+    ppl "$1" "$1" --kl-base "$WORK/bf16.klb"
+}
+want int4-gptq-tune-rows && tune int4-gptq-tune-rows --tune-rows --tune-lr 1e-3
+want int4-gptq-tune && tune int4-gptq-tune --tune-lr 3e-4
+want int4-gptq-tune6 && tune int4-gptq-tune6 --tune-lr 6e-4
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
@@ -170,6 +190,12 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-gptq-gainfit", "INT4 (g128/g64), the default --gptq, then input-channel gains fitted to the unquantized model"),
           ("int4-gptq-fitdamp", "INT4 (g128/g64), the default --gptq with the refit and descent on H damped by 1%"),
           ("int4-gptq-fitdamp10", "INT4 (g128/g64), the default --gptq with the refit and descent on H damped by 10%"),
+          ("rot-bf16", "BF16 weights, residual stream and values rotated (--rotate)"),
+          ("int4-rot", "INT4 weights (g128/g64, RTN), rotated first"),
+          ("int4-gptq-rot", "INT4 (g128/g64), rotated first, then the default --gptq"),
+          ("int4-gptq-tune-rows", "INT4 (g128/g64), the default --gptq, then one gain a row tuned end to end (KL to BF16)"),
+          ("int4-gptq-tune", "INT4 (g128/g64), the default --gptq, then every group's scale and min tuned end to end (KL to BF16)"),
+          ("int4-gptq-tune6", "INT4 (g128/g64), the default --gptq, then every group's scale and min tuned end to end, rate 6e-4"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),

@@ -8,14 +8,13 @@
 // included) rounded to bf16: the reference model the quality table measures the formats against.
 // --calib runs the AWQ-style scale search and then the clipping search (src/quant/awq.h; --no-clip:
 // scales only) for int4 on a calibration text; --gptq then calibrates the scaled model again and
-// rounds the int4 codes through GPTQ (src/quant/gptq.h) instead of to nearest.
+// rounds the int4 codes through GPTQ (src/quant/gptq.h) instead of to nearest. --rotate first turns the
+// residual stream and the values by random rotations (src/quant/rotation.h; the head becomes untied).
 // Byte layouts and metadata keys: docs/QUANTIZATION.md.
 #include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-
-#include <unistd.h>  // sysconf: the memory --gptq may use
 
 #include <fmt/core.h>
 
@@ -27,45 +26,13 @@
 #include "model/gguf/gguf_names.h"
 #include "model/gguf/gguf_quant.h"
 #include "model/gguf/gguf_writer.h"
-#include "quant/awq.h"
-#include "quant/calibration.h"
-#include "quant/gain_fit.h"
-#include "quant/gptq.h"
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
+#include "quant/rotation.h"
+#include "quantize_options.h"
 
 namespace kiln::cli {
 namespace {
-
-struct QuantizeOptions {
-  std::string input, output, type, calib, head_type;
-  // act-order and the MSE group ranges are on with --gptq since session 12 (full corpus: +6.40% vs
-  // +9.26% perplexity for plain GPTQ; docs/QUANTIZATION.md); --no-gptq-act-order / --no-gptq-mse-grid.
-  bool head = false, no_clip = false, gptq = false, gptq_act_order = true, gptq_mse_grid = true;
-  // The clipping search serves round-to-nearest codes; before GPTQ it cost quality (session 13: full
-  // corpus, docs/QUANTIZATION.md), so --gptq skips it unless --gptq-clip asks for it.
-  bool gptq_clip = false;
-  bool gptq_no_awq = false;  // GPTQ on the unscaled weights: no AWQ scale search (session 18's row)
-  int32_t threads = 0;
-  int64_t calib_tokens = 8192, calib_ctx = 512, calib_samples = 256, group = 128;
-  // Rows a matrix input for GPTQ's Hessians: every calibration token up to this many (with 4096 of
-  // 8192 the codes fit the calibration rows and did not lower the perplexity; docs/QUANTIZATION.md).
-  int64_t gptq_samples = 16384;
-  // Three refit rounds since session 14 (full corpus: +5.46% perplexity against +5.98% without;
-  // docs/QUANTIZATION.md); --gptq-refit 0 turns the refit off.
-  int gptq_refit = 3;  // GptqOptions::refit_rounds
-  bool gptq_sequential = false;  // quant::apply_gptq_sequential
-  double gptq_damp = 0.01;       // GptqOptions::damp
-  // Two rounds of coordinate descent on the codes (each followed by a refit) since session 20 (full
-  // corpus: +5.21% perplexity against +5.60% without; docs/QUANTIZATION.md); --gptq-descent 0: none.
-  int gptq_descent = 2;          // GptqOptions::descent_rounds
-  bool gptq_asymmetric = false;  // GptqOptions::asymmetric (implies --gptq-sequential)
-  // The refit and descent on H damped by 10% of its mean diagonal since session 21 (full corpus:
-  // +5.18% perplexity, mean KL 0.0723, against +5.21% and 0.0736 undamped; docs/QUANTIZATION.md).
-  double gptq_fit_damp = 0.1;    // GptqOptions::fit_damp
-  bool gain_fit = false;         // quant::fit_channel_gains after GPTQ (session 21)
-  double gain_fit_ridge = 0.01;  // its ridge toward gains of 1, a share of mean diag A
-};
 
 uint32_t kiln_type_of(QuantFormat f) {
   switch (f) {
@@ -113,149 +80,6 @@ std::string type_label(uint32_t type) {
   return s;
 }
 
-void run_gptq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, std::span<const int32_t> ids);
-
-// The machine's memory in bytes (0 when unknown): what the GPTQ and gain-fit passes check against.
-double machine_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)); }
-
-// The calibration rows the one-forward passes (sequential GPTQ, gain fit) run: whole windows of
-// --calib-ctx, up to --gptq-samples, at least one.
-int64_t forward_rows(const QuantizeOptions& o, std::span<const int32_t> ids) {
-  return std::max<int64_t>(1, std::min<int64_t>(o.gptq_samples, int64_t(ids.size())) / o.calib_ctx) * o.calib_ctx;
-}
-
-void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool) {
-  const Tokenizer& tokenizer = require_tokenizer(model);
-  std::string text = read_text_file(o.calib, "calibration text");
-  std::vector<int32_t> ids = tokenizer.encode(text, tokenizer.add_bos_default(), false);
-  if (int64_t(ids.size()) > o.calib_tokens) ids.resize(size_t(o.calib_tokens));
-  KILN_CHECK(int64_t(ids.size()) >= o.calib_ctx, invalid_argument,
-             "the calibration text '{}' has {} tokens; it needs at least --calib-ctx = {}", o.calib, ids.size(),
-             o.calib_ctx);
-  const bool clip = !o.no_clip && (!o.gptq || o.gptq_clip);
-  auto t0 = std::chrono::steady_clock::now();
-  quant::Calibration cal;
-  if (!o.gptq_no_awq) {
-    fmt::print(stderr, "kiln quantize: calibrating on {} tokens of '{}' (windows of {}) ...\n",
-               ids.size() / size_t(o.calib_ctx) * size_t(o.calib_ctx), o.calib, o.calib_ctx);
-    cal = quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.calib_samples);
-    fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; AWQ scale search (alpha in 0..1, 21 points){}:\n",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               clip ? ", then the clipping search (ratio 1..0.5, 11 points; not q, k)" : "");
-    quant::apply_awq(model.weights, model.config, cal, pool, o.group, clip, [](const quant::AwqChoice& ch) {
-      std::string clip;
-      if (ch.clip_error_before > 0)
-        clip = fmt::format("; clipped {:.4g} -> {:.4g} ({:+.1f}%)", ch.clip_error_before, ch.clip_error_after,
-                           100.0 * (ch.clip_error_after / ch.clip_error_before - 1.0));
-      fmt::print(stderr, "  layer {:3} {:<8} alpha {:.2f}  output error {:.4g} -> {:.4g} ({:+.1f}%){}\n", ch.layer,
-                 ch.group, ch.alpha, ch.error_rtn, ch.error,
-                 ch.error_rtn > 0 ? 100.0 * (ch.error / ch.error_rtn - 1.0) : 0.0, clip);
-    });
-  }
-  if (!o.gptq) return;
-  // The gain fit's target: the model as GPTQ receives it (AWQ scales folded in), unquantized.
-  ModelWeights reference;
-  const int64_t rows = forward_rows(o, ids);
-  if (o.gain_fit) {
-    const double have = machine_bytes();
-    const double need = quant::gain_fit_bytes(model.config, rows) + 2.0 * 4.0 * double(model.config.n_params());
-    KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
-               "--gain-fit would hold {:.1f} GB (two fp32 copies of the model and the activations of {} calibration "
-               "rows), more than 70% of this machine's {:.1f} GB: lower --gptq-samples",
-               need / 1e9, rows, have / 1e9);
-    reference = model.weights;
-  }
-  run_gptq(o, model, pool, ids);
-  if (!o.gain_fit) return;
-  t0 = std::chrono::steady_clock::now();
-  fmt::print(stderr, "kiln quantize: fitting input-channel gains to the unquantized model ({} rows, ridge {}):\n",
-             rows, o.gain_fit_ridge);
-  quant::fit_channel_gains(model.config, std::move(reference), model.weights, pool,
-                           std::span<const int32_t>(ids).first(size_t(rows)), o.calib_ctx,
-                           o.gain_fit_ridge, [](const quant::GainFitReport& r) {
-                             fmt::print(stderr, "  layer {:3} {:<7} output error {:.4g} -> {:.4g} ({:+.1f}%){}\n",
-                                        r.layer, r.site, r.error_before, r.error_after,
-                                        r.error_before > 0 ? 100.0 * (r.error_after / r.error_before - 1.0) : 0.0,
-                                        r.kept ? fmt::format("; gains {:.3f} .. {:.3f}", r.min_gain, r.max_gain)
-                                               : std::string("; gains kept at 1"));
-                           });
-  fmt::print(stderr, "kiln quantize: gain fit done in {:.1f} s\n",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
-
-// GPTQ on the (scaled) model: apply_gptq from a second calibration, or the sequential forms.
-void run_gptq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, std::span<const int32_t> ids) {
-  auto t0 = std::chrono::steady_clock::now();
-  quant::GptqOptions gopt;
-  gopt.act_order = o.gptq_act_order;
-  gopt.mse_grid = o.gptq_mse_grid;
-  gopt.refit_rounds = o.gptq_refit;
-  gopt.damp = o.gptq_damp;
-  gopt.descent_rounds = o.gptq_descent;
-  gopt.fit_damp = o.gptq_fit_damp;
-  gopt.asymmetric = o.gptq_asymmetric;
-  auto report = [](const quant::GptqReport& r) {
-    fmt::print(stderr, "  layer {:3} {:<5} output error {:.4g} (round to nearest) -> {:.4g} ({:+.1f}%){}\n", r.layer,
-               r.matrix, r.error_rtn, r.error, r.error_rtn > 0 ? 100.0 * (r.error / r.error_rtn - 1.0) : 0.0,
-               r.descent_moves > 0 ? fmt::format("; descent moved {} codes, from {:.4g} ({:+.1f}%)", r.descent_moves,
-                                                 r.error_before_descent,
-                                                 100.0 * (r.error / r.error_before_descent - 1.0))
-                                   : std::string());
-  };
-  const double have = machine_bytes();
-  if (o.gptq_sequential || o.gptq_asymmetric) {
-    // Every window at once through the CPU reference, each site quantized as the forward reaches it.
-    const int64_t rows = forward_rows(o, ids);
-    const double need = quant::sequential_gptq_bytes(model.config, rows, o.gptq_asymmetric);
-    KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
-               "{} would hold {:.1f} GB of activations for {} calibration rows, more than 70% of this "
-               "machine's {:.1f} GB: lower --gptq-samples", o.gptq_asymmetric ? "--gptq-asymmetric" : "--gptq-sequential",
-               need / 1e9, rows, have / 1e9);
-    t0 = std::chrono::steady_clock::now();
-    fmt::print(stderr,
-               "kiln quantize: GPTQ in sequence{} ({} rows in one batched forward, each site quantized as it is reached; "
-               "act-order {}, MSE group ranges {}, refit rounds {}, descent rounds {}):\n",
-               o.gptq_asymmetric ? ", asymmetric" : "", rows, o.gptq_act_order ? "on" : "off", o.gptq_mse_grid ? "on" : "off", o.gptq_refit,
-               o.gptq_descent);
-    quant::apply_gptq_sequential(model.config, model.weights, pool, std::span<const int32_t>(ids).first(size_t(rows)),
-                                 o.calib_ctx, o.group, report, gopt);
-    fmt::print(stderr, "kiln quantize: GPTQ done in {:.1f} s\n",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return;
-  }
-  // GPTQ needs the inputs as the scaled (and clipped) matrices see them: a second calibration of
-  // the model as it now is. Its Hessians come either from kept rows (rows x cols a site) or summed as
-  // the rows pass (cols x cols a site, whatever the row count): the smaller of the two, held for
-  // every layer at once; refuse up front what would not fit in memory.
-  const ModelConfig& c = model.config;
-  const int64_t rows = std::min<int64_t>(o.gptq_samples, int64_t(ids.size()));
-  const double row_bytes = 4.0 * double(2 * c.hidden_size + c.q_dim() + c.intermediate_size);
-  const double hessian_bytes = 8.0 * (2.0 * double(c.hidden_size) * double(c.hidden_size) +
-                                      double(c.q_dim()) * double(c.q_dim()) +
-                                      double(c.intermediate_size) * double(c.intermediate_size));
-  const bool summed = hessian_bytes < double(rows) * row_bytes;
-  const double need = double(c.n_layers) * (summed ? hessian_bytes : double(rows) * row_bytes) +
-                      // one site's H, its damped copy, the factors and inverses gptq_inverse_factor holds,
-                      // act-order's permuted copy and U: about 7 n^2 doubles at the widest input
-                      8.0 * 7.0 * double(c.intermediate_size) * double(c.intermediate_size);
-  KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
-             "--gptq would hold {:.1f} GB of calibration {} ({} rows x {} layers), more than 70% of this machine's "
-             "{:.1f} GB: lower --gptq-samples", need / 1e9, summed ? "Hessians" : "rows and Hessians", rows,
-             c.n_layers, have / 1e9);
-  t0 = std::chrono::steady_clock::now();
-  fmt::print(stderr,
-             "kiln quantize: calibrating the {} model for GPTQ ({} rows a site, {}; act-order {}, MSE group ranges "
-             "{}) ...\n",
-             o.gptq_no_awq ? "unscaled" : "scaled", rows, summed ? "Hessians summed as they pass" : "rows kept", o.gptq_act_order ? "on" : "off",
-             o.gptq_mse_grid ? "on" : "off");
-  const quant::Calibration cal = summed ? quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, 0, o.gptq_samples)
-               : quant::calibrate(model.config, model.weights, pool, ids, o.calib_ctx, o.gptq_samples);
-  fmt::print(stderr, "kiln quantize: calibration done in {:.1f} s; GPTQ (int4, damping {}% of mean diag, refit rounds {}, "
-             "descent rounds {}):\n",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 100 * o.gptq_damp, o.gptq_refit,
-             o.gptq_descent);
-  quant::apply_gptq(model.weights, cal, pool, o.group, report, gopt);
-}
 
 void quantize(const QuantizeOptions& o) {
   namespace fs = std::filesystem;
@@ -263,6 +87,8 @@ void quantize(const QuantizeOptions& o) {
   KILN_CHECK(o.calib.empty() || target == quant::TargetType::int4, invalid_argument,
              "--calib (the AWQ scale search) applies to --type int4 only");
   KILN_CHECK(!o.gptq || !o.calib.empty(), invalid_argument, "--gptq needs a calibration text (--calib)");
+  KILN_CHECK(o.tune_epochs == 0 || !o.calib.empty(), invalid_argument,
+             "--tune-epochs needs a calibration text (--calib)");
   KILN_CHECK(o.gptq_samples >= 1, invalid_argument, "--gptq-samples must be at least 1");
   KILN_CHECK(!(o.gptq_no_awq && o.gptq_clip), invalid_argument,
              "--gptq-clip runs with the AWQ search, which --gptq-no-awq skips");
@@ -284,7 +110,40 @@ void quantize(const QuantizeOptions& o) {
   ThreadPool pool(o.threads);
   LoadedModel model = load_with_progress(o.input, pool);
   gguf::GgufFile in = gguf::GgufFile::open(o.input);
-  if (!o.calib.empty()) run_awq(o, model, pool);
+  // An input whose linear weights are int4 at the target group already keeps its codes with
+  // --tune-epochs: only the tuning runs on it, against --tune-teacher.
+  const bool input_int4 = all_linear_int4(model.weights, o.group);
+  if (o.tune_epochs > 0) {
+    KILN_CHECK(!input_int4 || !o.tune_teacher.empty(), invalid_argument,
+               "'{}' is int4 already: --tune-epochs needs --tune-teacher, the unquantized model to tune against",
+               o.input);
+    KILN_CHECK(!input_int4 || (!o.gptq && !o.rotate), invalid_argument,
+               "'{}' is int4 already: its codes are kept, so --gptq and --rotate do not apply", o.input);
+  }
+  if (o.rotate) {
+    const auto t0 = std::chrono::steady_clock::now();
+    quant::rotate_model(model.config, model.weights, pool, o.rotate_seed);
+    fmt::print(stderr, "kiln quantize: residual stream and values rotated (seed {}; norms folded, head untied) in {:.1f} s\n",
+               o.rotate_seed, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  // The grid tuning's teacher: --tune-teacher, else the model as loaded (rotated: the same function).
+  LoadedModel teacher;
+  if (o.tune_epochs > 0) {
+    if (o.tune_teacher.empty()) {
+      teacher.config = model.config;
+      teacher.weights = model.weights;
+    } else {
+      teacher = load_with_progress(o.tune_teacher, pool);
+      KILN_CHECK(same_shapes(teacher.config, model.config), invalid_argument,
+                 "--tune-teacher '{}' does not have the shapes of '{}'", o.tune_teacher, o.input);
+    }
+  }
+  std::vector<int32_t> ids;
+  if (!o.calib.empty()) ids = calibration_ids(o, model, o.calib, o.calib_tokens);
+  if (!o.calib.empty() && !(input_int4 && o.tune_epochs > 0)) run_awq(o, model, pool, ids);
+  if (o.tune_epochs > 0)
+    run_tuning(o, model, teacher, pool,
+               o.tune_text.empty() ? ids : calibration_ids(o, model, o.tune_text, o.tune_tokens));
 
   gguf::GgufWriter out;
   for (const auto& [key, value] : in.metadata()) out.set(key, value);
@@ -293,6 +152,7 @@ void quantize(const QuantizeOptions& o) {
   out.set_bool(gguf::kQuantAwqKey, !o.calib.empty() && !o.gptq_no_awq);
   if (o.gptq) out.set_bool(gguf::kQuantGptqKey, true);
   else out.erase(gguf::kQuantGptqKey);
+  if (o.rotate) out.set_bool(gguf::kQuantRotatedKey, true);  // an input's own key is kept: it is still rotated
   // Without --head an input's head is kept as it is: still quantized if an earlier --head made it so
   // (its head_type key then stays true too).
   const gguf::TensorInfo* in_head = in.find_tensor(kHeadName);
@@ -310,10 +170,11 @@ void quantize(const QuantizeOptions& o) {
     const quant::TargetType to = name == kHeadName ? head_target : target;
     // GPTQ (--gptq) set the int4 codes already; re-quantizing their dequantized values would not
     // give them back (a group need not use the codes 0 and 15).
-    const bool by_gptq = o.gptq && to == quant::TargetType::int4 && name != kHeadName &&
-                         m.quant.format == QuantFormat::int4 &&
-                         m.quant.group_size == quant::int4_group_for(m.cols, o.group);
-    if (!by_gptq) quant::quantize_matrix(m, to, o.group);
+    // The same holds for tuned grids (--tune-epochs), and for an int4 input's codes, kept to be tuned.
+    const bool codes_set = (o.gptq || o.tune_epochs > 0) && to == quant::TargetType::int4 && name != kHeadName &&
+                           m.quant.format == QuantFormat::int4 &&
+                           m.quant.group_size == quant::int4_group_for(m.cols, o.group);
+    if (!codes_set) quant::quantize_matrix(m, to, o.group);
     if (to == quant::TargetType::bf16) {
       out.add_tensor(name, ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m.data));
       return m.data.size() * 2;
@@ -329,13 +190,27 @@ void quantize(const QuantizeOptions& o) {
     }
     return written;
   };
+  // A rotated embedding or unquantized head: the input's values no longer apply, so the rotated ones are
+  // written in f32 when the input's embedding was f32, else in bf16 (the default model's baseline type).
+  const gguf::TensorInfo* in_embed = in.find_tensor(kEmbedName);
+  const bool float_f32 = in_embed && in_embed->type == uint32_t(gguf::GgmlType::F32);
+  auto write_float = [&](const std::string& name, const std::vector<uint64_t>& ne, const HostMatrix& m) -> uint64_t {
+    if (float_f32) {
+      out.add_tensor(name, ne, uint32_t(gguf::GgmlType::F32), gguf::f32_bytes(m.data));
+      return m.data.size() * 4;
+    }
+    out.add_tensor(name, ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m.data));
+    return m.data.size() * 2;
+  };
   auto converted_label = [&](const HostMatrix& m) {
     return m.quant.format == QuantFormat::none ? std::string("bf16") : type_label(kiln_type_of(m.quant.format));
   };
 
   std::map<std::string, HostMatrix*> named = gguf::named_tensors(model.weights);
-  const bool copy_tied_head = o.head && !in.find_tensor(kHeadName);  // checked before any work is done
-  KILN_CHECK(!copy_tied_head || (in.find_tensor(kEmbedName) && named.count(kEmbedName)), invalid_model,
+  // A tied input's head is written as output.weight with --head (a quantized copy of the embedding) and
+  // with --rotate (the rotated head, which no longer equals the rotated embedding).
+  const bool add_head = (o.head || o.rotate) && !in.find_tensor(kHeadName);
+  KILN_CHECK(!add_head || (in_embed && named.count(kEmbedName)), invalid_model,
              "--head: the model has neither {} nor {}", kHeadName, kEmbedName);
   const size_t n = in.tensors().size();
   uint64_t bytes_in = 0, bytes_out = 0;
@@ -354,6 +229,9 @@ void quantize(const QuantizeOptions& o) {
       written = write_quantized(t.name, t.ne, *m);
       fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB -> {:8.2f} MiB\n", converted_label(*m), mib(t.n_bytes),
                  mib(written));
+    } else if (m && o.rotate && (t.name == kEmbedName || t.name == kHeadName)) {
+      written = write_float(t.name, t.ne, *m);
+      fmt::print(stderr, "rotated, size = {:8.2f} MiB ({})\n", mib(written), float_f32 ? "f32" : "bf16");
     } else if (m && m->rows == 1) {
       // Norms and biases: fp32 from the loaded values (AWQ may have folded scales into them).
       written = m->data.size() * 4;
@@ -371,15 +249,17 @@ void quantize(const QuantizeOptions& o) {
     }
     bytes_out += written;
   }
-  // --head on a model whose head is the embedding: a quantized copy becomes output.weight (the loader
-  // then unties the head); the embedding itself stays as it was.
+  // The head of a model whose head was the embedding (add_head): output.weight, which the loader then
+  // reads as an untied head; without --rotate a copy of the embedding, which itself stays as it was.
   HostMatrix head;  // lives until the write: add_tensor keeps a view of its quantized bytes
-  if (copy_tied_head) {
-    const gguf::TensorInfo* e = in.find_tensor(kEmbedName);
-    head = *named.at(kEmbedName);
-    fmt::print(stderr, "[   +/{:4}] {:>36} - a copy of {} (tied head), ", n, kHeadName, kEmbedName);
-    const uint64_t written = write_quantized(kHeadName, e->ne, head);
-    fmt::print(stderr, "converting to {} .. size = {:8.2f} MiB\n", converted_label(head), mib(written));
+  if (add_head) {
+    head = o.rotate ? model.weights.lm_head : *named.at(kEmbedName);
+    fmt::print(stderr, "[   +/{:4}] {:>36} - {} (tied head), ", n, kHeadName,
+               o.rotate ? "rotated apart from the embedding" : "a copy of " + std::string(kEmbedName));
+    const uint64_t written = o.head ? write_quantized(kHeadName, in_embed->ne, head)
+                                    : write_float(kHeadName, in_embed->ne, head);
+    fmt::print(stderr, "{} .. size = {:8.2f} MiB\n",
+               o.head ? "converting to " + converted_label(head) : std::string(float_f32 ? "f32" : "bf16"), mib(written));
     bytes_out += written;
   }
   const uint64_t file_bytes = out.write(o.output);
@@ -467,6 +347,36 @@ void add_quantize_command(CLI::App& app) {
                   "--gain-fit: the pull of every gain toward 1, a share of the normal matrix's mean diagonal")
       ->check(CLI::Range(0.0, 100.0))
       ->needs(gain_fit)
+      ->capture_default_str();
+  CLI::Option* rotate = cmd->add_flag(
+      "--rotate", o->rotate,
+      "First turn the residual stream and each layer's values by random rotations (norms folded into the "
+      "matrices, the head untied; the same function in a basis int4 groups fit better)");
+  cmd->add_option("--rotate-seed", o->rotate_seed, "--rotate: the rotations' seed")
+      ->needs(rotate)
+      ->capture_default_str();
+  CLI::Option* tune = cmd->add_option(
+      "--tune-epochs", o->tune_epochs,
+      "int4 with --calib: after the codes are set, tune every group's scale and min end to end (Adam on the KL "
+      "divergence from the unquantized model's next-token distributions), this many passes over the windows");
+  tune->check(CLI::Range(0, 64))->capture_default_str();
+  cmd->add_option("--tune-lr", o->tune_lr, "--tune-epochs: Adam's first step (log-scale; min in grid steps), decaying to 0 on a half cosine")
+      ->check(CLI::Range(1e-6, 0.1))
+      ->needs(tune)
+      ->capture_default_str();
+  cmd->add_option("--tune-teacher", o->tune_teacher,
+                  "--tune-epochs: the unquantized model to tune against (default: the input as loaded; needed when "
+                  "the input is int4 already, whose codes are then kept)")
+      ->needs(tune);
+  cmd->add_flag("--tune-rows", o->tune_rows,
+                "--tune-epochs: tune one gain per row (output channel) instead of every group's scale and min")
+      ->needs(tune);
+  cmd->add_option("--tune-text", o->tune_text,
+                  "--tune-epochs: the text to tune on (default: --calib; text GPTQ did not fit its codes to is better)")
+      ->needs(tune);
+  cmd->add_option("--tune-tokens", o->tune_tokens, "--tune-text: tokens used from its start")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
+      ->needs(tune)
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->callback([o] {
