@@ -1,5 +1,6 @@
 #include "quant/grid_tuning.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <numbers>
@@ -15,7 +16,7 @@ namespace {
 // One int4 matrix's tuned grid: s = s0 exp(a), m = m0 + s0 b per group, or with one gain a row
 // (per_row) s = s0 exp(a_r), m = m0 exp(a_r); with Adam's moments and this step's gradients.
 struct Grid {
-  HostMatrix* matrix = nullptr;
+  HostMatrix* matrix;
   bool per_row = false;
   std::vector<float> s0, m0, a, b, ga, gb, ma, va, mb, vb;
 
@@ -111,12 +112,17 @@ void tune_int4_grids(const ModelConfig& c, const ModelWeights& teacher, ModelWei
   KILN_CHECK(windows >= 1, invalid_argument, "grid tuning needs at least one window of {} tokens, got {}", o.window,
              tokens.size());
   KILN_CHECK(o.epochs >= 1 && o.lr > 0, invalid_argument, "grid tuning needs epochs >= 1 and a positive rate");
-  std::vector<std::vector<Grid>> grids(student.layers.size());  // [layer][LayerMatrix], null matrix: not int4
+  KILN_CHECK(teacher.layers.size() == student.layers.size() && teacher.embed.rows == student.embed.rows, invalid_argument,
+             "the teacher ({} layers, vocabulary {}) is not the student's shape ({} layers, vocabulary {})",
+             teacher.layers.size(), teacher.embed.rows, student.layers.size(), student.embed.rows);
+  // The int4 matrices' grids, and where each (layer, matrix) has its own (-1: not int4, left alone).
+  std::vector<Grid> grids;
+  std::vector<std::array<int, kLayerMatrices>> grid_of(student.layers.size());
   for (size_t l = 0; l < student.layers.size(); ++l)
     for (int m = 0; m < kLayerMatrices; ++m) {
       HostMatrix& h = layer_matrix(student.layers[l], LayerMatrix(m));
-      grids[l].emplace_back(h, o.per_row);
-      if (h.quant.format != QuantFormat::int4) grids[l].back().matrix = nullptr;
+      grid_of[l][size_t(m)] = h.quant.format == QuantFormat::int4 ? int(grids.size()) : -1;
+      if (h.quant.format == QuantFormat::int4) grids.emplace_back(h, o.per_row);
     }
 
   // The teacher's log-probabilities of every calibration token, computed once.
@@ -151,14 +157,12 @@ void tune_int4_grids(const ModelConfig& c, const ModelWeights& teacher, ModelWei
       };
       const double value = model_gradient(c, student, pool, tokens.subspan(size_t(w * o.window), size_t(o.window)), kl,
                                           [&](int64_t layer, LayerMatrix m, const float* g) {
-                                            Grid& grid = grids[size_t(layer)][size_t(m)];
-                                            if (grid.matrix) grid.gradient(g);
+                                            const int at = grid_of[size_t(layer)][size_t(m)];
+                                            if (at >= 0) grids[size_t(at)].gradient(g);
                                           });
       const double rate = o.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * double(step) / double(steps)));
       ++step;
-      for (auto& layer : grids)
-        for (Grid& grid : layer)
-          if (grid.matrix) grid.adam_step(rate, step);
+      for (Grid& grid : grids) grid.adam_step(rate, step);
       report({epoch, w, windows, value,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     }
