@@ -40,14 +40,7 @@ void scale_columns(HostMatrix& m, const std::vector<float>& g) {
     for (int64_t k = 0; k < m.cols; ++k) m.data[size_t(r * m.cols + k)] *= g[size_t(k)];
 }
 
-std::vector<float> all_logits(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool,
-                              std::span<const int32_t> tokens) {
-  CpuBackend b(c, w, pool);
-  auto seq = b.new_sequence(int64_t(tokens.size()));
-  std::vector<float> logits;
-  b.forward(*seq, tokens, true, logits);
-  return logits;
-}
+using test::all_logits;
 
 // The reference is the int4 model itself with gains planted on the inputs of layer 0's q/k/v (its
 // attn_norm) and o (o's columns, one gain per v channel: two query heads read each here) and of

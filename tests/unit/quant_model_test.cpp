@@ -23,24 +23,9 @@ std::vector<int32_t> some_tokens(int n, int seed) {
   return t;
 }
 
-std::vector<float> all_logits(CpuBackend& b, const std::vector<int32_t>& tokens) {
-  auto seq = b.new_sequence(int64_t(tokens.size()));
-  std::vector<float> logits;
-  b.forward(*seq, tokens, true, logits);
-  return logits;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
-  return d;
-}
-
-double max_abs(const std::vector<float>& a) {
-  double m = 0;
-  for (float v : a) m = std::max(m, double(std::fabs(v)));
-  return m;
-}
+using test::all_logits;
+using test::max_abs;
+using test::max_abs_diff;
 
 TEST(Awq, FoldsKeepTheFunctionAndTheSearchNeverLosesToRoundToNearest) {
   ThreadPool pool(2);

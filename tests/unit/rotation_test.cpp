@@ -16,19 +16,10 @@ namespace kiln {
 namespace {
 
 std::vector<float> all_logits(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool) {
-  const std::vector<int32_t> tokens = test::calibration_tokens();
-  CpuBackend b(c, w, pool);
-  auto seq = b.new_sequence(int64_t(tokens.size()));
-  std::vector<float> logits;
-  b.forward(*seq, tokens, true, logits);
-  return logits;
+  return test::all_logits(c, w, pool, test::calibration_tokens());
 }
 
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, double(std::fabs(x)));
-  return m;
-}
+using test::max_abs;
 
 TEST(Rotation, RandomOrthogonalIsOrthogonalAndReproducible) {
   for (int64_t n : {1, 7, 64, 97}) {

@@ -1,8 +1,11 @@
 // A tiny random Llama-shaped model on the CPU backend, for tests of batching and the engine.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -40,6 +43,31 @@ inline std::vector<int32_t> calibration_tokens() {
 inline std::unique_ptr<CpuBackend> tiny_backend(ThreadPool& pool, uint64_t seed = 7) {
   const ModelConfig c = tiny_config();
   return std::make_unique<CpuBackend>(c, random_weights(c, seed, 0.5f), pool);
+}
+
+// Every position's logits of `tokens` run as one sequence through the CPU reference.
+inline std::vector<float> all_logits(CpuBackend& b, std::span<const int32_t> tokens) {
+  auto seq = b.new_sequence(int64_t(tokens.size()));
+  std::vector<float> logits;
+  b.forward(*seq, tokens, true, logits);
+  return logits;
+}
+inline std::vector<float> all_logits(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool,
+                                     std::span<const int32_t> tokens) {
+  CpuBackend b(c, w, pool);
+  return all_logits(b, tokens);
+}
+
+inline double max_abs(const std::vector<float>& a) {
+  double m = 0;
+  for (float v : a) m = std::max(m, double(std::fabs(v)));
+  return m;
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
+  return d;
 }
 
 }  // namespace kiln::test
