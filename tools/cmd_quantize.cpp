@@ -372,7 +372,7 @@ void add_quantize_command(CLI::App& app) {
                 "--tune-epochs: tune one gain per row (output channel) instead of every group's scale and min")
       ->needs(tune);
   cmd->add_option("--tune-text", o->tune_text,
-                  "--tune-epochs: the text to tune on (default: --calib; text GPTQ did not fit its codes to is better)")
+                  "--tune-epochs: the text to tune on (default: --calib; the quality script tunes on text GPTQ did not calibrate on)")
       ->needs(tune);
   cmd->add_option("--tune-tokens", o->tune_tokens, "--tune-text: tokens used from its start")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
