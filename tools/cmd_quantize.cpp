@@ -149,9 +149,12 @@ void quantize(const QuantizeOptions& o) {
   for (const auto& [key, value] : in.metadata()) out.set(key, value);
   out.set_string(gguf::kQuantTypeKey, std::string(quant::target_name(target)));
   out.set_u32(gguf::kQuantVersionKey, 1);
-  out.set_bool(gguf::kQuantAwqKey, !o.calib.empty() && !o.gptq_no_awq);
+  const bool codes_kept = input_int4 && o.tune_epochs > 0;  // an int4 input tuned: its keys still hold
+  if (!codes_kept) out.set_bool(gguf::kQuantAwqKey, !o.calib.empty() && !o.gptq_no_awq);
   if (o.gptq) out.set_bool(gguf::kQuantGptqKey, true);
-  else out.erase(gguf::kQuantGptqKey);
+  else if (!codes_kept) out.erase(gguf::kQuantGptqKey);
+  if (o.tune_epochs > 0) out.set_bool(gguf::kQuantTunedKey, true);
+  else out.erase(gguf::kQuantTunedKey);
   if (o.rotate) out.set_bool(gguf::kQuantRotatedKey, true);  // an input's own key is kept: it is still rotated
   // Without --head an input's head is kept as it is: still quantized if an earlier --head made it so
   // (its head_type key then stays true too).

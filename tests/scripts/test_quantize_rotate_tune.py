@@ -51,3 +51,25 @@ def test_an_int4_input_needs_a_teacher(needs_kiln, tmp_path):
              "--rotate")
     assert q.returncode != 0 and "--rotate do not apply" in q.stderr, q.stderr[-500:]
     assert not out.exists()
+
+
+def test_tuning_an_int4_file_keeps_its_codes_and_records_it(needs_kiln, tmp_path):
+    """The retune path on a small budget (2 windows of 64 tokens): the file's grids move, its codes and
+    its awq key stay, and it records the tuning; the result loads and generates."""
+    int4, tuned = tmp_path / "int4.gguf", tmp_path / "tuned.gguf"
+    calib = tmp_path / "calib.txt"
+    calib.write_text("The quick brown fox jumps over the lazy dog near the river bank. " * 100)
+    q = kiln("quantize", MODEL, int4, "--type", "int4", "-t", "2")
+    assert q.returncode == 0, q.stderr[-2000:]
+    q = kiln("quantize", int4, tuned, "--type", "int4", "--calib", calib, "--calib-ctx", "64", "--calib-tokens", "128",
+             "--tune-epochs", "1", "--tune-teacher", MODEL, "-t", "2")
+    assert q.returncode == 0, q.stderr[-2000:]
+    assert "2 windows of 64" in q.stderr and "tuning done" in q.stderr
+    assert "AWQ" not in q.stderr  # the codes are kept: no scale search, no GPTQ
+    head = int4.read_bytes()[:4 << 20]
+    tuned_head = tuned.read_bytes()[:4 << 20]
+    assert b"kiln.quantization.tuned" in tuned_head and b"kiln.quantization.tuned" not in head
+    assert b"kiln.quantization.awq" in tuned_head
+    assert tuned.read_bytes() != int4.read_bytes()
+    run = kiln("run", "-m", tuned, "-p", "The capital of France is", "-n", "4", "--temp", "0", "-t", "2")
+    assert run.returncode == 0, run.stderr[-2000:]

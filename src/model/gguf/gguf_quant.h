@@ -24,6 +24,7 @@ inline constexpr const char* kQuantAwqKey = "kiln.quantization.awq";          //
 inline constexpr const char* kQuantGptqKey = "kiln.quantization.gptq";        // bool: int4 codes through GPTQ
 inline constexpr const char* kQuantHeadKey = "kiln.quantization.head";        // bool: output.weight quantized too
 inline constexpr const char* kQuantHeadTypeKey = "kiln.quantization.head_type";  // string: its type
+inline constexpr const char* kQuantTunedKey = "kiln.quantization.tuned";      // bool: --tune-epochs (quant/grid_tuning.h)
 inline constexpr const char* kQuantRotatedKey = "kiln.quantization.rotated";  // bool: --rotate (quant/rotation.h)
 inline constexpr const char* kQuantGroupKey = "kiln.quantization.group_size"; // u32, int4: --group
 
