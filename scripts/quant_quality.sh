@@ -147,6 +147,7 @@ tune() {  # name [extra args]
 want int4-gptq-tune-rows && tune int4-gptq-tune-rows --tune-rows --tune-lr 1e-3
 want int4-gptq-tune && tune int4-gptq-tune --tune-lr 3e-4
 want int4-gptq-tune6 && tune int4-gptq-tune6 --tune-lr 6e-4
+want int4-gptq-tune64 && tune int4-gptq-tune64 --tune-lr 3e-4 --tune-tokens 32768
 want fp8 && quantize fp8 fp8 && ppl fp8 fp8 --kl-base "$WORK/bf16.klb"
 want kv-int8 && ppl kv-int8 bf16 --kv-cache int8 --kl-base "$WORK/bf16.klb"
 want kv-fp8 && ppl kv-fp8 bf16 --kv-cache fp8 --kl-base "$WORK/bf16.klb"
@@ -196,6 +197,7 @@ labels = [("bf16", "BF16 weights (baseline)"), ("int8", "INT8 weights (per chann
           ("int4-gptq-tune-rows", "INT4 (g128/g64), the default --gptq, then one gain a row tuned end to end (KL to BF16)"),
           ("int4-gptq-tune", "INT4 (g128/g64), the default --gptq, then every group's scale and min tuned end to end (KL to BF16)"),
           ("int4-gptq-tune6", "INT4 (g128/g64), the default --gptq, then every group's scale and min tuned end to end, rate 6e-4"),
+          ("int4-gptq-tune64", "INT4 (g128/g64), the default --gptq, then every group's scale and min tuned end to end on 64 windows"),
           ("int4-g32", "INT4 weights (g32, RTN)"),
           ("fp8", "FP8 E4M3 W8A8"), ("kv-int8", "BF16 weights, INT8 KV cache"),
           ("kv-fp8", "BF16 weights, FP8 KV cache"), ("int8-head", "INT8 weights and head"),
