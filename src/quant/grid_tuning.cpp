@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "quant/kl_divergence.h"
 #include "quant/model_gradient.h"
 #include "quant/quantize.h"
 
@@ -22,7 +23,9 @@ struct Grid {
 
   Grid(HostMatrix& m, bool rows) : matrix(&m), per_row(rows), s0(m.quant.scales), m0(m.quant.mins) {
     const size_t n = per_row ? size_t(m.rows) : s0.size();
-    for (auto* v : {&a, &b, &ga, &gb, &ma, &va, &mb, &vb}) v->assign(n, 0.0f);
+    for (auto* v : {&a, &ga, &ma, &va}) v->assign(n, 0.0f);
+    if (!per_row)
+      for (auto* v : {&b, &gb, &mb, &vb}) v->assign(n, 0.0f);  // the mins' offsets: per group only
   }
 
   // dL/da, dL/db from dL/dW: dW/ds = code, dW/dm = 1 summed over each group; a row's gain scales
@@ -41,9 +44,7 @@ struct Grid {
         double ds = 0, dm = 0;
         for (int64_t k = g * gs; k < (g + 1) * gs; ++k) {
           const int64_t at = r * q.cols + k;
-          const uint8_t byte = q.q[size_t(at / 2)];
-          const int code = (at % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-          ds += double(dw[at]) * code;
+          ds += double(dw[at]) * int4_code(q, at);
           dm += dw[at];
         }
         const size_t i = size_t(r * groups + g);
@@ -82,16 +83,12 @@ struct Grid {
   }
 };
 
-// In place: logits -> log-softmax, per row of `vocab`.
-void log_softmax(float* x, int64_t rows, int64_t vocab) {
+// In place: logits -> log-softmax, per row of `vocab` (kl_divergence.h's, row by row).
+void log_softmax_rows(float* x, int64_t rows, int64_t vocab) {
+  std::vector<double> row;
   for (int64_t t = 0; t < rows; ++t) {
-    float* r = x + t * vocab;
-    float mx = -INFINITY;
-    for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, r[v]);
-    double sum = 0;
-    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(r[v] - mx));
-    const float lse = mx + float(std::log(sum));
-    for (int64_t v = 0; v < vocab; ++v) r[v] -= lse;
+    log_softmax(std::span<const float>(x + t * vocab, size_t(vocab)), row);
+    std::copy(row.begin(), row.end(), x + t * vocab);
   }
 }
 
@@ -131,7 +128,7 @@ void tune_int4_grids(const ModelConfig& c, const ModelWeights& teacher, ModelWei
   for (int64_t w = 0; w < windows; ++w) {
     std::vector<float> logits;
     model_logits(c, teacher, pool, tokens.subspan(size_t(w * o.window), size_t(o.window)), logits);
-    log_softmax(logits.data(), o.window, vocab);
+    log_softmax_rows(logits.data(), o.window, vocab);
     std::copy(logits.begin(), logits.end(), target.begin() + ptrdiff_t(w * per_window));
   }
 
@@ -146,7 +143,7 @@ void tune_int4_grids(const ModelConfig& c, const ModelWeights& teacher, ModelWei
       // KL(p || q) averaged over the window's tokens; its gradient in the logits is (q - p) / n.
       auto kl = [&](const float* logits, float* dlogits, int64_t n, int64_t nv) {
         std::copy(logits, logits + n * nv, dlogits);
-        log_softmax(dlogits, n, nv);
+        log_softmax_rows(dlogits, n, nv);
         double total = 0;
         for (int64_t i = 0; i < n * nv; ++i) {
           const double p = std::exp(double(lp[i])), lq = dlogits[i];

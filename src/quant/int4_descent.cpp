@@ -40,8 +40,7 @@ Int4DescentResult int4_coordinate_descent(const float* w, QuantizedMatrix& q, co
           const int64_t g = j / group;
           const float scale = scales[g], mn = mins[g];
           const int64_t at = row * n + j;
-          const uint8_t byte = q.q[size_t(at / 2)];
-          const int code = (at % 2 == 0) ? (byte & 0xf) : (byte >> 4);
+          const int code = int4_code(q, at);
           // The value that zeroes the error's slope along j is dq_j + r_j / H_jj; its nearest code.
           const double target = (double(dq[size_t(j)]) + r[size_t(j)] / hjj - double(mn)) / double(scale);
           if (!std::isfinite(target)) continue;  // a zero or non-finite scale: leave the code

@@ -37,6 +37,11 @@ struct Int4Grid {
 Int4Grid int4_grid(const float* w, int64_t n);
 // Code q (0..15) of element `at` (row-major over the whole matrix) of an int4 QuantizedMatrix.
 void set_int4_code(QuantizedMatrix& m, int64_t at, float q);
+// The code at element `at` (row * cols + col) of an int4 matrix.
+inline int int4_code(const QuantizedMatrix& m, int64_t at) {
+  const uint8_t byte = m.q[size_t(at / 2)];
+  return (at % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
+}
 
 // The int4 group kiln uses for rows of `cols`: `preferred` (128 by default; a power of two >= 32)
 // when it divides cols, else the largest of its halves down to 32 that does, else 0 (the row cannot
