@@ -113,6 +113,7 @@ void run_profile(const ProfileOptions& o) {
   auto* cuda_backend = dynamic_cast<CudaBackend*>(target.backend.get());
   KILN_CHECK(cuda_backend != nullptr, unsupported, "kiln profile times GPU kernels: it needs --device cuda");
   CudaBackend& backend = *cuda_backend;
+  apply_kv_cache_option(backend, o.m);  // --kv-cache int8|fp8: the 8-bit cache's kernels in the table
   const cuda::Ceilings roof = cuda::current_ceilings();
 
   Workload work;
@@ -265,6 +266,7 @@ void add_profile_command(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();
   CLI::App* cmd = app.add_subcommand("profile", "Per-kernel time, bytes, FLOPs and roofline position of a step (GPU)");
   add_model_options(cmd, o->m);
+  add_kv_cache_option(cmd, o->m);
   cmd->add_option("--random", o->random, "Random bf16 weights of a named shape, e.g. llama3-8b");
   cmd->add_option("--quant", o->quant, "With --random: the projections as random int8, int4 or fp8 weights (default bf16)");
   cmd->add_option("--quant-head", o->quant_head, "With --random: the output head as random int8, int4 or fp8 weights (default bf16)");

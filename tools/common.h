@@ -25,7 +25,7 @@ struct ModelOptions {
   int64_t ubatch = 2048;  // --ubatch: tokens per GPU forward pass of one sequence's prompt (CUDA)
 };
 void add_model_options(CLI::App* cmd, ModelOptions& options);
-// --kv-cache bf16|int8|fp8 (run, serve, bench, perplexity).
+// --kv-cache bf16|int8|fp8 (run, serve, bench, bench throughput, perplexity, profile).
 void add_kv_cache_option(CLI::App* cmd, ModelOptions& options);
 // Sets the backend's KV cache format from --kv-cache (nothing when it was not given). bf16 is the
 // CUDA backend's own cache; a format a backend cannot store yet is kiln::Error(unsupported).

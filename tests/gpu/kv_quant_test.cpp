@@ -144,9 +144,11 @@ struct Case {
   int heads, kv_heads, d;
 };
 
-void check_decode(KvQuant f, Case cs, const std::vector<int64_t>& lens, bool paged, int64_t bs) {
+// version: attention_decode_q8_version's (0 the default dispatch, 4 the slice kernel forced).
+void check_decode(KvQuant f, Case cs, const std::vector<int64_t>& lens, bool paged, int64_t bs, int version = 0) {
   SCOPED_TRACE(testing::Message() << name(f) << " heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d
-                                  << (paged ? " paged, block_size " : " contiguous") << (paged ? bs : 0));
+                                  << (paged ? " paged, block_size " : " contiguous") << (paged ? bs : 0)
+                                  << " version " << version);
   const QCache cache(f, cs.kv_heads, cs.d, lens, paged, bs, 31);
   const int64_t batch = int64_t(lens.size()), q_row = int64_t(cs.heads) * cs.d;
   auto q = random_bf16_values(size_t(batch * q_row), 32, 2.0f);
@@ -165,9 +167,10 @@ void check_decode(KvQuant f, Case cs, const std::vector<int64_t>& lens, bool pag
   ws.poison();
   DeviceBuffer<bf16> out(q.size());
   out.poison();
-  cuda::attention_decode_q8(dq.data(), cache.layout(), dlen.data(), max_kv_len, out.data(),
-                            cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, max_kv_len), batch, cs.heads,
-                            cs.kv_heads, cs.d, nullptr);
+  ASSERT_TRUE(cuda::attention_decode_q8_version(version, dq.data(), cache.layout(), dlen.data(), max_kv_len,
+                                                out.data(),
+                                                cuda::decode_workspace(ws.data(), batch, cs.heads, cs.d, max_kv_len),
+                                                batch, cs.heads, cs.kv_heads, cs.d, nullptr));
   EXPECT_LT(rel_error(from_device_bf16(out), ref), kTolBf16Out);
 
   // kv_dequantize of the longest sequence: byte * scale rounded to bf16, exactly.
@@ -206,6 +209,33 @@ TEST(GpuKvQuant, DecodeManySequencesOneSplitEach) {
   for (size_t i = 0; i < lens.size(); ++i) lens[i] = int64_t(1 + (i * 37) % 300);
   check_decode(KvQuant::int8, {32, 8, 128}, lens, true, 16);
   check_decode(KvQuant::fp8, {32, 8, 128}, lens, false, 1);
+}
+
+// The slice kernel (attention_decode_q8_slices.cu) forced, on every head shape it serves (group <= 8:
+// all of kCases; version 4 its default configuration, 5 / 6 each), contiguous and paged (block sizes 16, 1 and 64: a slice in one block, in 16, in
+// part of one), lengths across slice boundaries; then taken by the default at 600 x 8 pairs, past
+// kDecodeSlicesPairsPer8Warps per 8 resident warps.
+TEST(GpuKvQuant, DecodeSliceKernelMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::vector<int64_t> lens(40);
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = int64_t(1 + (i * 53) % 300);
+  for (KvQuant f : {KvQuant::int8, KvQuant::fp8})
+    for (const Case& cs : kCases) {
+      check_decode(f, cs, kLens, false, 1, 4);
+      check_decode(f, cs, lens, true, 16, 4);
+    }
+  check_decode(KvQuant::int8, {8, 2, 64}, {1, 5, 77, 300}, true, 1, 4);
+  check_decode(KvQuant::fp8, {32, 8, 128}, {64, 65, 700, 3}, true, 64, 4);
+  for (int variant_version : {5, 6})  // both configurations (slots a warp, blocks a SM), either default
+    for (KvQuant f : {KvQuant::int8, KvQuant::fp8}) {
+      check_decode(f, {32, 8, 128}, lens, true, 16, variant_version);
+      check_decode(f, {14, 2, 64}, kLens, false, 1, variant_version);
+    }
+  check_decode(KvQuant::fp8, {32, 8, 128}, {4000}, false, 1, 4);  // one long pair a warp
+  std::vector<int64_t> many(600);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = int64_t(129 + (i * 37) % 128);
+  check_decode(KvQuant::fp8, {32, 8, 128}, many, true, 16);
+  check_decode(KvQuant::int8, {32, 8, 128}, many, true, 16);
 }
 
 TEST(GpuKvQuant, DecodeLongSequenceManySplits) {  // 32k positions: split blocks and the combine

@@ -123,9 +123,11 @@ const char* attention_decode_impl(const bf16* q, KvLayout kv, const bf16* out, i
 void attention_decode_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len, bf16* out,
                          DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads, int head_dim,
                          cudaStream_t stream);
-// One version on purpose (kernel lab): 0 = the default (2, or KILN_ATTN_Q8), 1 = bf16 K tile,
-// 3 = 3 stages at 3 blocks per SM (1 and 3: head_dim 128, contiguous, int8 only; false, nothing
-// launched, otherwise). attention_decode_q8.cu has the differences.
+// One version on purpose (kernel lab): 0 = the default (2, or KILN_ATTN_Q8; the slice kernel at
+// many sequences), 1 = bf16 K tile, 3 = 3 stages at 3 blocks per SM (1 and 3: head_dim 128,
+// contiguous, int8 only), 4 = the slice kernel (attention_decode_slices.h) at any batch (at most 8
+// query heads per KV head, two blocks a SM), 5 / 6 its variants 1 / 2 (attention_decode_slices.h);
+// false, nothing launched, where the version does not apply. attention_decode_q8.cu has the differences.
 bool attention_decode_q8_version(int version, const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv_len,
                                  bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads, int n_kv_heads,
                                  int head_dim, cudaStream_t stream);

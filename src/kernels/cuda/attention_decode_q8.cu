@@ -37,6 +37,7 @@
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode_combine.h"
+#include "kernels/cuda/attention_decode_slices.h"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_q8_tile.cuh"
 #include "kernels/cuda/kv_quant.cuh"
@@ -325,10 +326,31 @@ bool attention_decode_q8_version(int version, const bf16* q, KvLayout kv, const 
       return true;
     }
   }
+  const bool slice_version = version >= 4 && version <= 6;  // 5, 6: the slice kernel's variants 1, 2
+  if (slice_version && head_dim % 16 != 0) return false;
   if (batch == 0) return true;
   KILN_CUDA_REQUIRE(max_kv_len < (int64_t(1) << 31), "attention: max_kv_len too large");
   KILN_CUDA_REQUIRE(!kv.paged() || (kv.block_shift >= 0 && kv.block_shift <= 20 && kv.bt_stride > 0),
                     "attention: bad paged KV layout (block_size must be a power of two)");
+  // Many sequences: the slice kernel (attention_decode_q8_slices.cu), by the bf16 kernel's rule
+  // (attention_decode.cu); version 4 forces it at any batch (the lab's and the tests' measure).
+  static const bool slices_env = env_switch_on("KILN_ATTN_Q8_SLICES");
+  if (slice_version || (version == 0 && slices_env)) {
+    const int variant = slice_version ? version - 4 : 0;
+    const DecodeSlicesFit fit = decode_q8_slices_fit(kv.quant, n_heads, n_kv_heads, head_dim, kv.paged(), variant);
+    const bool fits = fit.blocks_per_sm >= 2;
+    if (slice_version && !fits) return false;
+    if (fits && (slice_version || 8 * batch * n_kv_heads >= kDecodeSlicesPairsPer8Warps * fit.resident_warps)) {
+      static const bool pdl = [] {
+        int dev = 0, major = 0;
+        KILN_CUDA_CHECK(cudaGetDevice(&dev));
+        KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        return major >= 9 && env_switch_on("KILN_ATTN_SPLIT_PDL");  // as the split kernels
+      }();
+      attention_decode_q8_slices(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, pdl, stream, variant);
+      return true;
+    }
+  }
   if (kv.paged()) {
     if (head_dim <= 64)
       launch_q8_format<64, true>(q, kv, kv_len, max_kv_len, out, ws, batch, n_heads, n_kv_heads, head_dim, stream);

@@ -1,4 +1,5 @@
-// The slice decode attention for many sequences (attention_decode_slices.cu, session 16): a
+// The slice decode attention for many sequences (attention_decode_slices.cu, session 16; its 8-bit
+// form attention_decode_q8_slices.cu, session 23): a
 // persistent grid whose every warp runs its own K/V stream over its (sequence, KV head) pairs in
 // slices of 16 positions. attention_decode takes it where the streaming kernel would run, from
 // kDecodeSlicesPairsPer8Warps pairs per 8 resident warps on (decode_slices_fit).
@@ -31,5 +32,17 @@ constexpr int64_t kDecodeSlicesPairsPer8Warps = 7;
 // attention_decode's contract with every sequence whole in one warp (no workspace, no combine).
 void attention_decode_slices(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
                              int n_heads, int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream);
+
+// The same schedule over the 8-bit cache (attention_decode_q8_slices.cu, session 23): how it fits
+// (zero blocks where it does not apply: more than 8 query heads per KV head, head_dim % 16 != 0),
+// and the call. attention_decode_q8 takes it by the bf16 kernel's rule (kDecodeSlicesPairsPer8Warps,
+// two blocks a SM) unless KILN_ATTN_Q8_SLICES=0. variant: 1 = 4 slots a warp at 2 blocks a SM,
+// 2 = 3 slots at 3 blocks; 0 = kQ8SlicesDefaultVariant.
+constexpr int kQ8SlicesDefaultVariant = 2;
+DecodeSlicesFit decode_q8_slices_fit(KvQuant quant, int n_heads, int n_kv_heads, int head_dim, bool paged,
+                                     int variant = 0);
+void attention_decode_q8_slices(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
+                                int n_heads, int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream,
+                                int variant = 0);
 
 }  // namespace kiln::cuda

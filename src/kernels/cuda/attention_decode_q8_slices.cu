@@ -1,0 +1,235 @@
+// The slice decode attention over the 8-bit KV cache (session 23): attention_decode_slices.cu's
+// schedule -- every warp its own K/V stream over pairs w, w + W, ... in slices of 16 positions, no
+// block barrier, no combine -- with a transposed slice step (attention_q8_slice_tile.cuh).
+//
+// Why: at 2048 sequences the 8-bit cache ran in the split kernel (64-position tiles, 4 warps a
+// tile), which session 5 measured at the bf16 split kernel's tile rate whatever the bytes; the bf16
+// cache meanwhile moved to the streaming kernel (session 14) and this slice schedule (session 16),
+// so an fp8 cache made the 2048 x 128/128 run 10% *slower* than bf16 (session 20) although it reads
+// half the bytes. With the split kernel's step in this schedule (this session's first version) the
+// kernel ran at the bf16 slice kernel's slice rate, 47-50% of copy on its bytes; the transposed step
+// halves the MMAs and drops the bf16 V tile (PERFORMANCE.md, session 23).
+//
+// Per warp and slot: K bytes (16, D), V bytes (16, D), 16 K scales, 16 V scales (4.2 KB at d 128,
+// against the bf16 slice's 8 KB). Two configurations (kSlots slots a warp, kBlocks blocks of 4 warps
+// a SM): 4 / 2 (3 slices in flight a warp, 8 warps) and 3 / 3 (2 in flight, 12 warps: more warps to
+// hide a slice's dependent chain, the same bytes in flight).
+// Shared memory per warp: kSlots q slots of `group` rows (rows >= group of the B fragments read
+// the memory after the slot, results never used), then the raw slots.
+// In a paged pool a 16-position slice of one KV head is one run of 16 x d bytes when the block size
+// is 16 or more (kv_layout.h's head-major bytes); the block ids are fetched per row one slice ahead,
+// as the split kernel does, so any power-of-two block size works.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/attention_decode_occupancy.h"
+#include "kernels/cuda/attention_decode_slices.h"
+#include "kernels/cuda/attention_decode_walk.cuh"
+#include "kernels/cuda/attention_mma.h"
+#include "kernels/cuda/attention_q8_slice_tile.cuh"
+#include "kernels/cuda/kv_quant.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kSlice = attn_q8s::kSlice;
+
+// Bytes of one raw slot: K bytes, V bytes, K scales, V scales.
+template <int D>
+constexpr int kRawBytes = 2 * kSlice * D + 2 * kSlice * 4;
+template <int D, int kSlots>
+__host__ __device__ constexpr int q8_warp_bytes(int group) {
+  return kSlots * group * D * 2 + kSlots * kRawBytes<D>;
+}
+template <int D, int kSlots>
+size_t q8_slices_smem_bytes(int group) {
+  return size_t(kWarps) * q8_warp_bytes<D, kSlots>(group);
+}
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(attn::smem_u32(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+
+template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks>
+__global__ void __launch_bounds__(kThreads, kBlocks)
+    decode_q8_slices_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
+                            bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
+                            float scale_log2) {
+  using namespace attn;
+  using namespace attn_q8s;
+  constexpr int kCh = D / 16, kPer = kSlice * kCh / 32;  // 16-byte chunks of a row; a lane's per slice of K (of V)
+  static_assert(kSlice * kCh % 32 == 0);
+  extern __shared__ uint4 smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  char* const mine = reinterpret_cast<char*>(smem_raw) + warp * q8_warp_bytes<D, kSlots>(group);
+  auto q_slot = [&](int st) { return reinterpret_cast<bf16*>(mine) + st * group * D; };
+  char* const raw0 = mine + kSlots * group * D * 2;
+  auto raw_k = [&](int st) { return reinterpret_cast<uint8_t*>(raw0 + st * kRawBytes<D>); };
+  auto raw_v = [&](int st) { return raw_k(st) + kSlice * D; };
+  auto raw_s = [&](int st) { return reinterpret_cast<float*>(raw_k(st) + 2 * kSlice * D); };
+
+  const StreamWalk<kSlice> walk(kv_len, batch, n_kv_heads, int(gridDim.x) * kWarps);  // a warp is a worker
+  StreamCursor rq = walk.start(int64_t(blockIdx.x) * kWarps + warp);  // the next slice to request
+  StreamCursor cc = rq;                                               // the next slice to compute
+
+  // Paged: the block ids of this lane's rows of rq's slice (its K/V chunks', then its scale's),
+  // fetched one request ahead so the lookups overlap the compute.
+  [[maybe_unused]] int32_t blk[kPer + 1] = {};
+  auto fetch_ids = [&] {
+    if constexpr (kPaged) {
+      if (rq.b < batch) {
+        const int p0 = rq.tile * kSlice, n = min(kSlice, rq.len - p0);
+        const int32_t* bt = kv.block_table + int64_t(rq.b) * kv.bt_stride;
+#pragma unroll
+        for (int it = 0; it <= kPer; ++it) {
+          const int r = it < kPer ? (it * 32 + lane) / kCh : lane & 15;
+          blk[it] = r < n ? __ldg(bt + ((p0 + r) >> kv.block_shift)) : 0;
+        }
+      }
+    }
+  };
+  // The quantized vector number (kv_layout.h) of row r of rq's slice; `it`: which fetched id.
+  auto vector_of = [&](int it, int r) -> int64_t {
+    const int pos = rq.tile * kSlice + r;
+    if constexpr (kPaged)
+      return kv.slot_quant_index((int64_t(blk[it]) << kv.block_shift) | (pos & ((1 << kv.block_shift) - 1)), rq.kvh);
+    else
+      return kv.quant_index_as<false>(rq.b, pos, rq.kvh);
+  };
+  auto load_kv = [&](int st) {
+    const int n = min(kSlice, rq.len - rq.tile * kSlice);
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int i = it * 32 + lane, r = i / kCh, c = i % kCh;
+      const bool ok = r < n && c * 16 < d;
+      const int64_t off = ok ? vector_of(it, r) * kv.head_dim + c * 16 : 0;
+      cp_async16(raw_k(st) + (r * kCh + attn_q8::kchunk<D, 2>(r, c)) * 16, kv.k8 + off, ok);
+      cp_async16(raw_v(st) + (r * kCh + vchunk<D>(r, c)) * 16, kv.v8 + off, ok);
+    }
+    const int r = lane & 15;
+    const float* src = lane < 16 ? kv.k_scale : kv.v_scale;
+    cp_async4(raw_s(st) + lane, r < n ? src + vector_of(kPer, r) : src, r < n);
+  };
+  auto load_q = [&](int st, int b, int kvh) {  // the pair's `group` query heads, only those rows
+    const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
+    bf16* const qs = q_slot(st);
+    for (int i = lane; i < group * (D / 8); i += 32) {
+      const int r = i / (D / 8), c = i % (D / 8);
+      const bool ok = c * 8 < d;
+      cp_async16(qs + swz<D>(r, c), ok ? qb + r * d + c * 8 : q, ok);
+    }
+  };
+  // As the bf16 slice kernel: rq's slice (with the pair's q when it is the pair's first, unless
+  // with_q is false) as one cp.async group -- an empty one past the end -- then rq moves on.
+  auto request = [&](int st, bool with_q = true) {
+    if (rq.b < batch) {
+      load_kv(st);
+      if (rq.tile == 0 && with_q) load_q(st, rq.b, rq.kvh);
+      ++rq.tile;
+      walk.settle(rq);
+      fetch_ids();
+    }
+    cp_async_commit();
+  };
+
+  fetch_ids();
+  stream_prologue<kSlots>(rq, batch, request, load_q, [] { __syncwarp(); });
+
+  uint32_t qb[D / 16][2];
+  float m[2], l[2], o[D / 16][4];
+  for (int item = 0; cc.b < batch; ++item) {
+    cp_async_wait<kSlots - 2>();
+    __syncwarp();  // item's slice (and q) landed for every lane; every lane is done with item - 1's slot
+    request((item + kSlots - 1) % kSlots);
+    const int st = item % kSlots;
+    if (cc.tile == 0) {  // a new pair: its q, fresh softmax state
+      load_qt_frags<D>(qb, q_slot(st));
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < D / 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    }
+    const float *sk = raw_s(st), *sv = sk + kSlice;
+    const int n_keys = min(kSlice, cc.len - cc.tile * kSlice);
+    if (n_keys >= kSlice)
+      attend_slice<D, F, false>(qb, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
+    else
+      attend_slice<D, F, true>(qb, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
+    if (cc.tile == cc.n_tiles - 1)  // the pair's last slice: its query heads out
+      store_slice_out<D>(o, l, out + (int64_t(cc.b) * n_heads + int64_t(cc.kvh) * group) * d, group, d);
+    ++cc.tile;
+    walk.settle(cc);
+  }
+  cp_async_wait<0>();
+}
+
+template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks>
+const GroupOccupancy& q8_slices_occupancy() {
+  static const GroupOccupancy o =
+      measure_group_occupancy(decode_q8_slices_kernel<D, kPaged, F, kSlots, kBlocks>, kThreads,
+                              [](int g) { return q8_slices_smem_bytes<D, kSlots>(g); });
+  return o;
+}
+
+// Calls f(D, paged, format, slots, blocks) tags for the instantiation serving these arguments.
+template <class Fn>
+decltype(auto) with_q8_slices_instance(int head_dim, bool paged, KvQuant quant, int variant, Fn&& f) {
+  using Int8 = std::integral_constant<KvQuant, KvQuant::int8>;
+  using Fp8 = std::integral_constant<KvQuant, KvQuant::fp8>;
+  using S4B2 = std::integral_constant<int, 1>;
+  using S3B3 = std::integral_constant<int, 2>;
+  if (variant == 0) variant = kQ8SlicesDefaultVariant;
+  return with_decode_instance(head_dim, paged, [&](auto dt, auto pt) {
+    if (quant == KvQuant::int8) return variant == 1 ? f(dt, pt, Int8{}, S4B2{}) : f(dt, pt, Int8{}, S3B3{});
+    return variant == 1 ? f(dt, pt, Fp8{}, S4B2{}) : f(dt, pt, Fp8{}, S3B3{});
+  });
+}
+template <int kVariant>
+constexpr int kSlotsOf = kVariant == 1 ? 4 : 3;
+template <int kVariant>
+constexpr int kBlocksOf = kVariant == 1 ? 2 : 3;
+
+}  // namespace
+
+DecodeSlicesFit decode_q8_slices_fit(KvQuant quant, int n_heads, int n_kv_heads, int head_dim, bool paged, int variant) {
+  if (!persistent_decode_applies(n_heads, n_kv_heads, head_dim) || head_dim % 16 != 0) return {};
+  const int group = n_heads / n_kv_heads;
+  return with_q8_slices_instance(head_dim, paged, quant, variant, [&](auto dt, auto pt, auto ft, auto vt) {
+    constexpr int V = decltype(vt)::value;
+    const GroupOccupancy& occ = q8_slices_occupancy<decltype(dt)::value, decltype(pt)::value, decltype(ft)::value,
+                                                    kSlotsOf<V>, kBlocksOf<V>>();
+    return DecodeSlicesFit{occ.per_sm[group], int64_t(occ.sms) * occ.per_sm[group] * kWarps};
+  });
+}
+
+void attention_decode_q8_slices(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
+                                int n_heads, int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream,
+                                int variant) {
+  KILN_CUDA_REQUIRE(kv.quantized() && persistent_decode_applies(n_heads, n_kv_heads, head_dim) && head_dim % 16 == 0,
+                    "attention: the 8-bit slice decode kernel needs a quantized cache, at most 8 query heads per KV "
+                    "head and head_dim % 16 == 0");
+  if (batch == 0) return;
+  const int group = n_heads / n_kv_heads;
+  with_q8_slices_instance(head_dim, kv.paged(), kv.quant, variant, [&](auto dt, auto pt, auto ft, auto vt) {
+    constexpr int D = decltype(dt)::value, V = decltype(vt)::value;
+    constexpr bool P = decltype(pt)::value;
+    constexpr KvQuant F = decltype(ft)::value;
+    constexpr int S = kSlotsOf<V>, B = kBlocksOf<V>;
+    const GroupOccupancy& occ = q8_slices_occupancy<D, P, F, S, B>();
+    const int64_t pairs = batch * n_kv_heads;
+    const int64_t blocks =
+        std::min<int64_t>((pairs + kWarps - 1) / kWarps, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
+    const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
+    launch_maybe_pdl(pdl, decode_q8_slices_kernel<D, P, F, S, B>, dim3(unsigned(blocks)), dim3(kThreads),
+                     q8_slices_smem_bytes<D, S>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group,
+                     head_dim, int(batch), scale_log2);
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace kiln::cuda
