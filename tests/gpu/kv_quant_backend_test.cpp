@@ -3,7 +3,8 @@
 // the GPU stores the bytes and scales), on small random-weight configs (head dims 64, 80, 128; GQA
 // 1, 3, 4, 7; half and interleaved RoPE; qkv bias), through forward (prefill in 3 chunks, so later
 // chunks read dequantized cached positions; decode steps through the graph) and forward_batch
-// (mixed prefill/decode steps over a paged pool, then graph-replayed decode-only steps).
+// (mixed prefill/decode steps over a paged pool -- their prefill chunks read a compact bf16 copy of
+// their positions, kv_dequantize_rows, in one varlen launch -- then graph-replayed decode-only steps).
 //
 // Tolerance (normalized logit error): 5e-2 for int8, 1e-1 for fp8, against 3e-2 for the bf16
 // backends (backend_test.cpp). Both sides quantize their own K/V, and the GPU's K/V differ from the

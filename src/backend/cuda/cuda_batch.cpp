@@ -49,9 +49,12 @@ using cuda_backend::pow2_at_least;
 
 // Offsets (in int32s) of the packed step metadata; segments start 16-byte aligned. T: prefill
 // query tiles (cuda::PrefillTile, 4 int32 each) of the one varlen prefill attention launch.
+// compact (a quantized pool's varlen prefill): each entry's end position and its row of the
+// compact bf16 copy's block table (kv_dequantize_rows).
 struct MetaLayout {
-  int64_t tokens = 0, positions = 0, slots = 0, kv_len = 0, rows = 0, tiles = 0, table = 0, total = 0;
-  MetaLayout(int64_t M, int64_t n_dec, int64_t R, int64_t E, int64_t S, int64_t T = 0) {
+  int64_t tokens = 0, positions = 0, slots = 0, kv_len = 0, rows = 0, tiles = 0, table = 0, ends = 0, ctable = 0,
+          total = 0;
+  MetaLayout(int64_t M, int64_t n_dec, int64_t R, int64_t E, int64_t S, int64_t T = 0, bool compact = false) {
     auto up = [](int64_t v) { return (v + 3) / 4 * 4; };
     positions = tokens + up(M);
     slots = positions + up(M);
@@ -59,7 +62,9 @@ struct MetaLayout {
     rows = kv_len + up(n_dec);
     tiles = rows + up(R);
     table = tiles + 4 * T;
-    total = table + E * S;
+    ends = table + up(E * S);
+    ctable = ends + (compact ? up(E) : 0);
+    total = ctable + (compact ? E * S : 0);
   }
 };
 
@@ -399,17 +404,26 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   pool.ensure_rows(c, p.M, m.act_quant_cols());
   // The check reads only the pool's addresses and that a table is set (meta may not exist yet).
   static const int32_t probe_table = 0;
-  // A quantized pool's chunks each read a dequantized copy of their positions (below), one launch each.
-  const bool varlen = p.n_tiles > 0 && prefill_varlen_enabled() && !pool.quantized() &&
-                      cuda::attention_prefill_varlen_ok(pool.act.q, pool.layer(0, &probe_table, 1), pool.act.attn,
-                                                        int(c.head_dim));
-  const MetaLayout ml(p.M, p.n_dec, R, E, p.S, varlen ? p.n_tiles : 0);
+  // A quantized pool's chunks read a compact bf16 copy of their positions (kv_dequantize_rows, one
+  // launch a layer) through their own block table; the check sees that copy's form (any aligned
+  // pointer stands for it).
+  cuda::KvLayout probe = pool.layer(0, &probe_table, 1);
+  if (pool.quantized()) {
+    probe = cuda::KvLayout{pool.act.q, pool.act.q, 0, c.kv_dim(), int(c.head_dim)};
+    probe.block_table = &probe_table, probe.bt_stride = 1;
+  }
+  const bool varlen = p.n_tiles > 0 && prefill_varlen_enabled() &&
+                      cuda::attention_prefill_varlen_ok(pool.act.q, probe, pool.act.attn, int(c.head_dim));
+  const bool compact = varlen && pool.quantized();
+  const MetaLayout ml(p.M, p.n_dec, R, E, p.S, varlen ? p.n_tiles : 0, compact);
   if (p.n_dec > 0)
     pool.ensure_workspace(cuda::decode_workspace_floats(p.n_dec, int(c.n_heads), int(c.head_dim), p.max_dec_len));
   pool.ensure_meta(ml.total);
 
   int32_t* h = pool.host_meta.data();
   profile::Cost dec_cost;
+  const int64_t bs = pool.block_size();
+  int64_t compact_blocks = 0, compact_max_end = 0, compact_values = 0;
   for (size_t k = 0; k < p.order.size(); ++k) {
     const BatchEntry& b = entries[p.order[k]];
     const int64_t n = int64_t(b.tokens.size()), r0 = p.row0[k];
@@ -424,6 +438,16 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
       dec_cost += profile::attention(1, b.first_position, c, m.kv_widths(pool.quantized()));
     }
     write_table_row(pool, b, b.first_position + n, h + ml.table + int64_t(k) * p.S, p.S);
+    if (compact) {  // prefill entries' positions 0 .. end - 1 in consecutive blocks of the compact copy
+      const int64_t end = int64_t(k) < p.n_dec ? 0 : b.first_position + n, blocks = (end + bs - 1) / bs;
+      h[ml.ends + int64_t(k)] = int32_t(end);
+      int32_t* row = h + ml.ctable + int64_t(k) * p.S;
+      std::fill_n(row, p.S, 0);
+      for (int64_t j = 0; j < blocks; ++j) row[j] = int32_t(compact_blocks + j);
+      compact_blocks += blocks;
+      compact_max_end = std::max(compact_max_end, end);
+      compact_values += end * c.kv_dim();
+    }
   }
   std::copy(p.logit_rows.begin(), p.logit_rows.end(), h + ml.rows);
   profile::Cost prefill_cost;
@@ -446,6 +470,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
 
   const cuda_backend::Activations& a = pool.act;
   const int32_t* meta = pool.meta.data();
+  bf16* const compact_k = compact ? m.kv_scratch_for(compact_blocks * bs) : nullptr;  // K, then V
   m.enqueue_layers(a, meta + ml.tokens, p.M, [&](int64_t l) {
     const cuda::KvLayout kv = pool.layer(l, meta + ml.table, p.S);
     enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, p.M);
@@ -458,8 +483,21 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
       });
     }
     if (varlen) {
+      cuda::KvLayout read = kv;
+      if (compact) {
+        read = cuda::KvLayout{compact_k, compact_k + compact_blocks * bs * c.kv_dim(), 0, c.kv_dim(), int(c.head_dim)};
+        read.block_table = meta + ml.ctable;
+        read.bt_stride = p.S;
+        read.block_shift = kv.block_shift;
+        // Bytes: 1 a value read and 2 written, K and V, and their scales.
+        const profile::Cost cost{double(compact_values) * 2 * 3 + double(compact_values / c.head_dim) * 2 * 4, 0};
+        m.op("kv_dequantize", cost, [&] {
+          cuda::kv_dequantize_rows(kv, read, meta + ml.ends, p.n_dec, int64_t(p.order.size()) - p.n_dec,
+                                   compact_max_end, int(c.n_kv_heads), m.s());
+        });
+      }
       m.op("attention.prefill", prefill_cost, [&] {
-        cuda::attention_prefill_varlen(a.q, kv, a.attn, reinterpret_cast<const cuda::PrefillTile*>(meta + ml.tiles),
+        cuda::attention_prefill_varlen(a.q, read, a.attn, reinterpret_cast<const cuda::PrefillTile*>(meta + ml.tiles),
                                        p.n_tiles, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
       });
       return;

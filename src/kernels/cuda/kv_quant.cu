@@ -105,6 +105,39 @@ __global__ void kv_dequantize_kernel(KvLayout kv, int seq, int64_t n_pos, int n_
   }
 }
 
+// kv_dequantize_rows: one thread per 8 values of (row, position < max_pos, kv head, chunk); positions
+// at or past the row's end are skipped.
+template <KvQuant F>
+__global__ void kv_dequantize_rows_kernel(KvLayout src, KvLayout dst, const int32_t* __restrict__ ends, int row0,
+                                          int64_t n_rows, int64_t max_pos, int n_kv_heads) {
+  const int chunks = src.head_dim / 8;
+  const int64_t total = n_rows * max_pos * n_kv_heads * chunks;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int c = int(i % chunks);
+    const int64_t pv = i / chunks;  // (row, position) * n_kv_heads + kv head
+    const int kvh = int(pv % n_kv_heads);
+    const int64_t rp = pv / n_kv_heads, pos = rp % max_pos;
+    const int row = row0 + int(rp / max_pos);
+    if (pos >= ends[row]) continue;
+    const int64_t si = src.quant_index_as<true>(row, pos, kvh), off = si * src.head_dim + c * 8;
+    const int64_t to = dst.offset_as<true>(row, pos, kvh) + c * 8;
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const uint2 raw = *reinterpret_cast<const uint2*>((which ? src.v8 : src.k8) + off);
+      const float scale = (which ? src.v_scale : src.k_scale)[si];
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+      uint4 res;
+      uint32_t* r = reinterpret_cast<uint32_t*>(&res);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        __nv_bfloat162 p = __floats2bfloat162_rn(kvq::decode<F>(b[2 * e]) * scale, kvq::decode<F>(b[2 * e + 1]) * scale);
+        r[e] = *reinterpret_cast<uint32_t*>(&p);
+      }
+      *reinterpret_cast<uint4*>((which ? dst.v : dst.k) + to) = res;
+    }
+  }
+}
+
 // One warp per (sequence, position, kv head) vector: as rope_qkv_quant's K/V write.
 template <KvQuant F>
 __global__ void kv_quantize_kernel(const bf16* __restrict__ src, int64_t n_vec, int64_t n_pos, int n_kv_heads,
@@ -187,6 +220,19 @@ void kv_dequantize(KvLayout kv, int64_t seq, int64_t n_pos, int n_kv_heads, bf16
     auto k = i8 ? kv_dequantize_kernel<false, KvQuant::int8> : kv_dequantize_kernel<false, KvQuant::fp8>;
     k<<<blocks, 256, 0, stream>>>(kv, int(seq), n_pos, n_kv_heads, k_out, v_out);
   }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void kv_dequantize_rows(const KvLayout& src, const KvLayout& dst, const int32_t* ends, int64_t row0, int64_t n_rows,
+                        int64_t max_pos, int n_kv_heads, cudaStream_t stream) {
+  KILN_CUDA_REQUIRE(src.quantized() && src.paged() && kv_quant_supported(src.head_dim) && !dst.quantized() &&
+                        dst.paged() && dst.k != nullptr && dst.head_dim == src.head_dim,
+                    "kv_dequantize_rows: needs a quantized paged source and a bf16 paged destination");
+  if (n_rows <= 0 || max_pos <= 0) return;
+  const int64_t total = n_rows * max_pos * n_kv_heads * (src.head_dim / 8);
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 65535));
+  auto k = src.quant == KvQuant::int8 ? kv_dequantize_rows_kernel<KvQuant::int8> : kv_dequantize_rows_kernel<KvQuant::fp8>;
+  k<<<blocks, 256, 0, stream>>>(src, dst, ends, int(row0), n_rows, max_pos, n_kv_heads);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

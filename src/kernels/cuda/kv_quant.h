@@ -10,7 +10,8 @@
 //                    quantized layout;
 //   attention_decode_q8 (attention.h) reads the 8-bit tiles directly (attention_decode calls it);
 //   kv_dequantize    turns the cached positions of one sequence into a contiguous bf16 K/V
-//                    scratch for the prefill kernel (prefill is compute-bound: reading the cache
+//                    scratch for the prefill kernel (kv_dequantize_rows: a step's prefill chunks
+//                    at once, into a compact bf16 paged pool for the varlen prefill) (prefill is compute-bound: reading the cache
 //                    once more in bf16 costs about 1% of a prefill chunk's attention; see
 //                    docs/PERFORMANCE.md, session 5).
 // Needs head_dim % 16 == 0 (16-byte rows of bytes for cp.async), which kv_quant_supported checks.
@@ -36,6 +37,15 @@ void rope_qkv_quant(const bf16* qkv, const int32_t* positions, const int32_t* sl
 // rounded to bf16.
 void kv_dequantize(KvLayout kv, int64_t seq, int64_t n_pos, int n_kv_heads, bf16* k_out, bf16* v_out,
                    cudaStream_t stream);
+
+// Block-table rows row0 .. row0 + n_rows - 1 of a quantized paged layout `src`, positions 0 ..
+// ends[row] - 1 of each -> the bf16 paged layout `dst` (its own pool and block table, same row
+// indices), value = byte * scale rounded to bf16 as kv_dequantize: the batched engine's prefill
+// chunks of a step read one compact bf16 copy of their positions in one varlen attention launch
+// (session 23; before, one kv_dequantize and one attention launch per chunk and layer). ends: device
+// int32 per row; max_pos >= every ends[row].
+void kv_dequantize_rows(const KvLayout& src, const KvLayout& dst, const int32_t* ends, int64_t row0, int64_t n_rows,
+                        int64_t max_pos, int n_kv_heads, cudaStream_t stream);
 
 // bf16 K (or V, with `values`) of n_seq contiguous sequences of n_pos positions, (n_seq, n_pos,
 // n_kv_heads, head_dim) -> the contiguous quantized layout dst (kv_layout.h), with rope_qkv_quant's
