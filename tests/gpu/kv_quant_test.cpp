@@ -213,7 +213,8 @@ TEST(GpuKvQuant, DecodeManySequencesOneSplitEach) {
 
 // The slice kernel (attention_decode_q8_slices.cu) forced, on every head shape it serves (group <= 8:
 // all of kCases; version 4 its default configuration, 5 / 6 each), contiguous and paged (block sizes 16, 1 and 64: a slice in one block, in 16, in
-// part of one), lengths across slice boundaries; then taken by the default at 600 x 8 pairs, past
+// part of one), lengths across slice boundaries; then the default at 600 x 8 pairs (fp8: the slice
+// kernel; int8: the split kernel until its slice step has passed here on a device), past
 // kDecodeSlicesPairsPer8Warps per 8 resident warps.
 TEST(GpuKvQuant, DecodeSliceKernelMatchesCpu) {
   KILN_REQUIRE_GPU();

@@ -8,7 +8,9 @@
 // so an fp8 cache made the 2048 x 128/128 run 10% *slower* than bf16 (session 20) although it reads
 // half the bytes. With the split kernel's step in this schedule (this session's first version) the
 // kernel ran at the bf16 slice kernel's slice rate, 47-50% of copy on its bytes; the transposed step
-// halves the MMAs and drops the bf16 V tile (PERFORMANCE.md, session 23).
+// halves the MMAs and drops the bf16 V tile, and f16 operands shorten the byte conversion: 2048
+// sequences of 192 positions, fp8, 428.7 -> 271.9 -> 231.7 µs, 90% of copy (PERFORMANCE.md,
+// session 23).
 //
 // Per warp and slot: K bytes (16, D), V bytes (16, D), 16 K scales, 16 V scales (4.2 KB at d 128,
 // against the bf16 slice's 8 KB). Two configurations (kSlots slots a warp, kBlocks blocks of 4 warps
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   constexpr int kCh = D / 16, kPer = kSlice * kCh / 32;  // 16-byte chunks of a row; a lane's per slice of K (of V)
   static_assert(kSlice * kCh % 32 == 0);
   extern __shared__ uint4 smem_raw[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   char* const mine = reinterpret_cast<char*>(smem_raw) + warp * q8_warp_bytes<D, kSlots>(group);
   auto q_slot = [&](int st) { return reinterpret_cast<bf16*>(mine) + st * group * D; };
   char* const raw0 = mine + kSlots * group * D * 2;
@@ -141,14 +143,14 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   stream_prologue<kSlots>(rq, batch, request, load_q, [] { __syncwarp(); });
 
   uint32_t qb[D / 16][2];
-  float m[2], l[2], o[D / 16][4];
+  float q_up = 1.0f, m[2], l[2], o[D / 16][4];
   for (int item = 0; cc.b < batch; ++item) {
     cp_async_wait<kSlots - 2>();
     __syncwarp();  // item's slice (and q) landed for every lane; every lane is done with item - 1's slot
     request((item + kSlots - 1) % kSlots);
     const int st = item % kSlots;
     if (cc.tile == 0) {  // a new pair: its q, fresh softmax state
-      load_qt_frags<D>(qb, q_slot(st));
+      q_up = load_qt_frags<D>(qb, q_slot(st), group);
       m[0] = m[1] = -INFINITY;
       l[0] = l[1] = 0.0f;
 #pragma unroll
@@ -157,9 +159,9 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     const float *sk = raw_s(st), *sv = sk + kSlice;
     const int n_keys = min(kSlice, cc.len - cc.tile * kSlice);
     if (n_keys >= kSlice)
-      attend_slice<D, F, false>(qb, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
+      attend_slice<D, F, false>(qb, q_up, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
     else
-      attend_slice<D, F, true>(qb, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
+      attend_slice<D, F, true>(qb, q_up, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
     if (cc.tile == cc.n_tiles - 1)  // the pair's last slice: its query heads out
       store_slice_out<D>(o, l, out + (int64_t(cc.b) * n_heads + int64_t(cc.kvh) * group) * d, group, d);
     ++cc.tile;
