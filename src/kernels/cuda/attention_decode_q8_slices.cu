@@ -117,26 +117,9 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     const float* src = lane < 16 ? kv.k_scale : kv.v_scale;
     cp_async4(raw_s(st) + lane, r < n ? src + vector_of(kPer, r) : src, r < n);
   };
-  auto load_q = [&](int st, int b, int kvh) {  // the pair's `group` query heads, only those rows
-    const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
-    bf16* const qs = q_slot(st);
-    for (int i = lane; i < group * (D / 8); i += 32) {
-      const int r = i / (D / 8), c = i % (D / 8);
-      const bool ok = c * 8 < d;
-      cp_async16(qs + swz<D>(r, c), ok ? qb + r * d + c * 8 : q, ok);
-    }
-  };
-  // As the bf16 slice kernel: rq's slice (with the pair's q when it is the pair's first, unless
-  // with_q is false) as one cp.async group -- an empty one past the end -- then rq moves on.
-  auto request = [&](int st, bool with_q = true) {
-    if (rq.b < batch) {
-      load_kv(st);
-      if (rq.tile == 0 && with_q) load_q(st, rq.b, rq.kvh);
-      ++rq.tile;
-      walk.settle(rq);
-      fetch_ids();
-    }
-    cp_async_commit();
+  auto load_q = [&](int st, int b, int kvh) { load_pair_q<D>(q_slot(st), q, b, kvh, n_heads, group, d, lane); };
+  auto request = [&](int st, bool with_q = true) {  // as the bf16 slice kernel's (attention_decode_walk.cuh)
+    stream_request(rq, walk, batch, st, with_q, load_kv, load_q, fetch_ids);
   };
 
   fetch_ids();

@@ -80,27 +80,11 @@ __global__ void __launch_bounds__(kThreads, 2)
                     min(kSlice, rq.len - rq.tile * kSlice));
     }
   };
-  auto load_q = [&](int st, int b, int kvh) {  // the pair's `group` query heads, only those rows
-    const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
-    bf16* const qs = q_slot(st);
-    for (int i = lane; i < group * (D / 8); i += 32) {
-      const int r = i / (D / 8), c = i % (D / 8);
-      const bool ok = c * 8 < d;
-      cp_async16(qs + swz<D>(r, c), ok ? qb + r * d + c * 8 : q, ok);
-    }
-  };
-  // Requests rq's slice into slot st (with the pair's q when it is the pair's first, unless with_q
-  // is false) as one cp.async group -- an empty one past the end, so the count per iteration stays
-  // fixed -- then moves rq on and fetches the next slice's block ids.
+  auto load_q = [&](int st, int b, int kvh) { load_pair_q<D>(q_slot(st), q, b, kvh, n_heads, group, d, lane); };
   auto request = [&](int st, bool with_q = true) {
-    if (rq.b < batch) {
-      load_kv_tile<D, kSlice, 32, kPaged>(rq, kv, paged, k_slot(st), v_slot(st), d, lane);
-      if (rq.tile == 0 && with_q) load_q(st, rq.b, rq.kvh);
-      ++rq.tile;
-      walk.settle(rq);
-      fetch_ids();
-    }
-    cp_async_commit();
+    stream_request(rq, walk, batch, st, with_q,
+                   [&](int s) { load_kv_tile<D, kSlice, 32, kPaged>(rq, kv, paged, k_slot(s), v_slot(s), d, lane); },
+                   load_q, fetch_ids);
   };
 
   fetch_ids();

@@ -96,19 +96,13 @@ __global__ void __launch_bounds__(kThreads, 2)
     const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
     load_tile_async<D, kQRows, kThreads>(q_slot(st), group, d, [&](int r) { return qb + r * d; }, q);
   };
-  // Requests rq's tile into stage st (and the pair's q with its first tile) as one cp.async group
-  // (an empty one past the end, so the group count per iteration stays fixed), then moves rq on and
-  // fetches the next tile's block ids, which land while this tile is computed.
-  // with_q = false: without the pair's q (the prologue before pdl_wait loads it later).
-  auto request = [&](int st, bool with_q = true) {
-    if (rq.b < batch) {
-      load_kv_tile<D, kTileKv, kThreads, kPaged>(rq, kv, paged, k_stage(st), v_stage(st), d, int(threadIdx.x));
-      if (rq.tile == 0 && with_q) load_q(st, rq.b, rq.kvh);
-      ++rq.tile;
-      walk.settle(rq);
-      fetch_ids();
-    }
-    cp_async_commit();
+  auto request = [&](int st, bool with_q = true) {  // attention_decode_walk.cuh's stream_request
+    stream_request(rq, walk, batch, st, with_q,
+                   [&](int s) {
+                     load_kv_tile<D, kTileKv, kThreads, kPaged>(rq, kv, paged, k_stage(s), v_stage(s), d,
+                                                                int(threadIdx.x));
+                   },
+                   load_q, fetch_ids);
   };
 
   fetch_ids();

@@ -108,4 +108,35 @@ __device__ __forceinline__ void stream_prologue(StreamCursor first, int batch, R
   }
 }
 
+// A worker's request of rq's tile into slot st as one cp.async group -- an empty one past the end,
+// so the group count per iteration stays fixed -- with the pair's q when it is the pair's first
+// tile (unless with_q is false: the prologue before pdl_wait loads it later); then rq moves on and
+// fetch() gets the next tile's block ids, which land while this tile is computed.
+// load_kv(st), load_q(st, b, kvh), fetch(): the kernel's.
+template <int kRows, class LoadKv, class LoadQ, class Fetch>
+__device__ __forceinline__ void stream_request(StreamCursor& rq, const StreamWalk<kRows>& walk, int batch, int st,
+                                               bool with_q, LoadKv&& load_kv, LoadQ&& load_q, Fetch&& fetch) {
+  if (rq.b < batch) {
+    load_kv(st);
+    if (rq.tile == 0 && with_q) load_q(st, rq.b, rq.kvh);
+    ++rq.tile;
+    walk.settle(rq);
+    fetch();
+  }
+  cp_async_commit();
+}
+
+// A slice kernel's q load (one warp): the `group` query heads of pair (b, kvh), only those rows,
+// into the swizzled slot qs; chunks at or past d zero-filled.
+template <int D>
+__device__ __forceinline__ void load_pair_q(bf16* qs, const bf16* q, int b, int kvh, int n_heads, int group, int d,
+                                            int lane) {
+  const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
+  for (int i = lane; i < group * (D / 8); i += 32) {
+    const int r = i / (D / 8), c = i % (D / 8);
+    const bool ok = c * 8 < d;
+    cp_async16(qs + swz<D>(r, c), ok ? qb + r * d + c * 8 : q, ok);
+  }
+}
+
 }  // namespace kiln::cuda::attn

@@ -146,20 +146,10 @@ template <int D, KvQuant F, bool kMask>
 __device__ __forceinline__ void attend_slice(const uint32_t (&qb)[D / 16][2], float q_up, const uint8_t* kraw,
                                              const uint8_t* vraw, const float* sk, const float* sv, int n_keys,
                                              float (&m)[2], float (&l)[2], float (&o)[D / 16][4], float scale_log2) {
-  constexpr int kCh = D / 16, kLaneCh = D / 64;
   const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   // S^T = K Q^T.
   uint32_t kw[2][D / 16];  // the lane's bytes of key rows g and g + 8, 4 a word
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int r = 8 * j + g;
-#pragma unroll
-    for (int u = 0; u < kLaneCh; ++u) {
-      const uint4 c =
-          *reinterpret_cast<const uint4*>(kraw + (r * kCh + attn_q8::kchunk<D, 2>(r, kLaneCh * t + u)) * 16);
-      kw[j][4 * u] = c.x, kw[j][4 * u + 1] = c.y, kw[j][4 * u + 2] = c.z, kw[j][4 * u + 3] = c.w;
-    }
-  }
+  attn_q8::load_k_words<D>(kraw, kw);
   float s[4] = {}, s_odd[4] = {};
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {

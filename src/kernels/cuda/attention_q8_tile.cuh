@@ -118,15 +118,13 @@ __device__ __forceinline__ void attend_q8(const uint32_t (&qf)[D / 16][4], const
   pv_step<D>(s, vscale, vs, o);
 }
 
-// Version 2: K's bytes (the warp's raw (16, D) rows, chunks placed by kchunk) into the B
-// fragments directly; qf from load_q_frags_perm.
-template <int D, KvQuant F, bool kMask>
-__device__ __forceinline__ void attend_q8_kreg(const uint32_t (&qf)[D / 16][4], const uint8_t* kraw, const bf16* vs,
-                                               const float* sk, const float* sv, int n_keys, float (&m)[2],
-                                               float (&l)[2], float (&o)[D / 8][4], float scale_log2) {
+// This lane's K bytes for the K-in-registers steps (here and attention_q8_slice_tile.cuh): of the
+// warp's raw (16, D) rows (chunks placed by kchunk), bytes [t D/4, (t + 1) D/4) of key rows g (w[0])
+// and g + 8 (w[1]), 4 a word.
+template <int D>
+__device__ __forceinline__ void load_k_words(const uint8_t* kraw, uint32_t (&w)[2][D / 16]) {
   constexpr int kCh = D / 16, kLaneCh = D / 64;  // 16-byte chunks of a row; of a lane's share of it
   const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  uint32_t w[2][D / 16];  // the lane's bytes of key rows g and g + 8, 4 a word
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int r = 8 * j + g;
@@ -136,6 +134,16 @@ __device__ __forceinline__ void attend_q8_kreg(const uint32_t (&qf)[D / 16][4], 
       w[j][4 * u] = c.x, w[j][4 * u + 1] = c.y, w[j][4 * u + 2] = c.z, w[j][4 * u + 3] = c.w;
     }
   }
+}
+
+// Version 2: K's bytes (the warp's raw (16, D) rows, chunks placed by kchunk) into the B
+// fragments directly; qf from load_q_frags_perm.
+template <int D, KvQuant F, bool kMask>
+__device__ __forceinline__ void attend_q8_kreg(const uint32_t (&qf)[D / 16][4], const uint8_t* kraw, const bf16* vs,
+                                               const float* sk, const float* sv, int n_keys, float (&m)[2],
+                                               float (&l)[2], float (&o)[D / 8][4], float scale_log2) {
+  uint32_t w[2][D / 16];
+  load_k_words<D>(kraw, w);
   float s[2][4] = {};
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {

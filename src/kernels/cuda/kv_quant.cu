@@ -75,6 +75,25 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
   }
 }
 
+// 8 values of K and of V (vector si, byte offset off of a quantized layout) -> bf16 at k_to / v_to.
+template <KvQuant F>
+__device__ __forceinline__ void dequantize_chunk(const KvLayout& kv, int64_t si, int64_t off, bf16* k_to, bf16* v_to) {
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    const uint2 raw = *reinterpret_cast<const uint2*>((which ? kv.v8 : kv.k8) + off);
+    const float scale = (which ? kv.v_scale : kv.k_scale)[si];
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+    uint4 res;
+    uint32_t* r = reinterpret_cast<uint32_t*>(&res);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      __nv_bfloat162 p = __floats2bfloat162_rn(kvq::decode<F>(b[2 * e]) * scale, kvq::decode<F>(b[2 * e + 1]) * scale);
+      r[e] = *reinterpret_cast<uint32_t*>(&p);
+    }
+    *reinterpret_cast<uint4*>(which ? v_to : k_to) = res;
+  }
+}
+
 // One thread per 8 values: (position, kv head, 8-value chunk) of the sequence -> bf16.
 template <bool kPaged, KvQuant F>
 __global__ void kv_dequantize_kernel(KvLayout kv, int seq, int64_t n_pos, int n_kv_heads, bf16* __restrict__ k_out,
@@ -88,20 +107,7 @@ __global__ void kv_dequantize_kernel(KvLayout kv, int seq, int64_t n_pos, int n_
     const int64_t pos = pv / n_kv_heads;
     const int64_t si = kv.quant_index_as<kPaged>(seq, pos, kvh), off = si * kv.head_dim + c * 8;
     const int64_t dst = pv * kv.head_dim + c * 8;
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const uint2 raw = *reinterpret_cast<const uint2*>((which ? kv.v8 : kv.k8) + off);
-      const float scale = (which ? kv.v_scale : kv.k_scale)[si];
-      const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
-      uint4 res;
-      uint32_t* r = reinterpret_cast<uint32_t*>(&res);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        __nv_bfloat162 p = __floats2bfloat162_rn(kvq::decode<F>(b[2 * e]) * scale, kvq::decode<F>(b[2 * e + 1]) * scale);
-        r[e] = *reinterpret_cast<uint32_t*>(&p);
-      }
-      *reinterpret_cast<uint4*>((which ? v_out : k_out) + dst) = res;
-    }
+    dequantize_chunk<F>(kv, si, off, k_out + dst, v_out + dst);
   }
 }
 
@@ -121,20 +127,7 @@ __global__ void kv_dequantize_rows_kernel(KvLayout src, KvLayout dst, const int3
     if (pos >= ends[row]) continue;
     const int64_t si = src.quant_index_as<true>(row, pos, kvh), off = si * src.head_dim + c * 8;
     const int64_t to = dst.offset_as<true>(row, pos, kvh) + c * 8;
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const uint2 raw = *reinterpret_cast<const uint2*>((which ? src.v8 : src.k8) + off);
-      const float scale = (which ? src.v_scale : src.k_scale)[si];
-      const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
-      uint4 res;
-      uint32_t* r = reinterpret_cast<uint32_t*>(&res);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        __nv_bfloat162 p = __floats2bfloat162_rn(kvq::decode<F>(b[2 * e]) * scale, kvq::decode<F>(b[2 * e + 1]) * scale);
-        r[e] = *reinterpret_cast<uint32_t*>(&p);
-      }
-      *reinterpret_cast<uint4*>((which ? dst.v : dst.k) + to) = res;
-    }
+    dequantize_chunk<F>(src, si, off, dst.k + to, dst.v + to);
   }
 }
 
