@@ -317,6 +317,83 @@ TEST(GpuKvQuant, RopeQkvQuantWritesHostQuantization) {
     }
 }
 
+// rope_qkv_quant_vec (kv_quant_vec.cu: 16 bytes a thread, a head's amax over its threads) against
+// rope_qkv_quant's per-token kernel on the same rows: q, bytes and scales the same bits; 300 tokens
+// with scattered positions (past the 256-entry cos/sin table too), by position and by slot,
+// halves and interleaved RoPE, head dims 64 and 128, both formats; refused where a head's threads
+// would straddle a warp.
+void check_write_vec(KvQuant f, bool by_slot, int n_heads, int n_kv, int d, bool interleaved) {
+  SCOPED_TRACE(testing::Message() << name(f) << (by_slot ? " by slot" : " by position") << " heads " << n_heads
+                                  << "/" << n_kv << " d " << d << (interleaved ? " interleaved" : " halves"));
+  const int64_t n = 300, cap = 4096, kv_dim = int64_t(n_kv) * d, q_dim = int64_t(n_heads) * d;
+  std::vector<int32_t> pos(static_cast<size_t>(n)), slot(pos.size());
+  for (size_t t = 0; t < pos.size(); ++t) {
+    pos[t] = int32_t((t * 13 + 5) % size_t(cap));
+    slot[t] = int32_t((t * 7 + 11) % size_t(cap));
+  }
+  auto qkv = random_bf16_values(size_t(n * (q_dim + 2 * kv_dim)), 43, 2.0f);
+  for (size_t i = 0; i < qkv.size(); i += 997) qkv[i] = 0.0f;
+  std::vector<float> inv(size_t(d / 2));
+  for (int i = 0; i < d / 2; ++i) inv[size_t(i)] = std::pow(10000.0f, -2.0f * float(i) / float(d));
+  DeviceBuffer<float> dinv(inv);
+  DeviceBuffer<float2> cos_sin(size_t(256 * d / 2));
+  cuda::rope_table_fill(cos_sin.data(), 256, dinv.data(), d, nullptr);
+  auto dqkv = to_device_bf16(qkv);
+  DeviceBuffer<int32_t> dpos(pos), dslot(slot);
+  struct Out {
+    DeviceBuffer<uint8_t> k8, v8;
+    DeviceBuffer<float> ks, vs;
+    DeviceBuffer<bf16> q;
+    cuda::KvLayout kv;
+  };
+  auto make = [&] {
+    Out o{DeviceBuffer<uint8_t>(size_t(cap * kv_dim)), DeviceBuffer<uint8_t>(size_t(cap * kv_dim)),
+          DeviceBuffer<float>(size_t(cap * n_kv)), DeviceBuffer<float>(size_t(cap * n_kv)),
+          DeviceBuffer<bf16>(size_t(n * q_dim)), cuda::KvLayout{nullptr, nullptr, by_slot ? 0 : cap * kv_dim, kv_dim, d}};
+    o.k8.zero(), o.v8.zero(), o.ks.zero(), o.vs.zero();
+    o.kv.quant = f;
+    o.kv.k8 = o.k8.data(), o.kv.v8 = o.v8.data(), o.kv.k_scale = o.ks.data(), o.kv.v_scale = o.vs.data();
+    o.kv.scale_seq_stride = by_slot ? 0 : n_kv * cap;
+    o.kv.scale_head_stride = cap;
+    return o;
+  };
+  Out ref = make(), got = make();
+  const int32_t* slots = by_slot ? dslot.data() : nullptr;
+  // By slot the layout is a pool: rope_qkv_quant writes it through slots (a block table is only read).
+  cuda::rope_qkv_quant(dqkv.data(), dpos.data(), slots, n, dinv.data(), d, interleaved, n_heads, n_kv, d, ref.q.data(),
+                       ref.kv, nullptr, cos_sin.data(), 256);
+  ASSERT_TRUE(cuda::rope_qkv_quant_vec(dqkv.data(), dpos.data(), slots, n, dinv.data(), d, interleaved, n_heads, n_kv,
+                                       d, got.q.data(), got.kv, nullptr, cos_sin.data(), 256));
+  EXPECT_EQ(got.q.to_host(), ref.q.to_host());
+  EXPECT_EQ(got.k8.to_host(), ref.k8.to_host());
+  EXPECT_EQ(got.v8.to_host(), ref.v8.to_host());
+  EXPECT_EQ(got.ks.to_host(), ref.ks.to_host());
+  EXPECT_EQ(got.vs.to_host(), ref.vs.to_host());
+}
+
+TEST(GpuKvQuant, RopeQkvQuantVecEqualsPerTokenKernel) {
+  KILN_REQUIRE_GPU();
+  for (KvQuant f : {KvQuant::int8, KvQuant::fp8})
+    for (bool by_slot : {false, true})
+      for (bool interleaved : {false, true}) {
+        check_write_vec(f, by_slot, 32, 8, 128, interleaved);  // Llama-3-8B's heads
+        check_write_vec(f, by_slot, 8, 8, 64, interleaved);
+      }
+  // 12 + 4 heads of 64 with halves: 64 + 32 items a token, V's 8-thread groups from item 64; 7 + 1
+  // heads of 128 with halves: 64 + 16 = 80 items, not a multiple of 32: refused.
+  check_write_vec(KvQuant::fp8, true, 12, 4, 64, false);
+  DeviceBuffer<bf16> qkv(size_t(64 * 9 * 128)), q(size_t(64 * 7 * 128));
+  DeviceBuffer<int32_t> p(std::vector<int32_t>(64, 0));
+  DeviceBuffer<float> inv(64);
+  DeviceBuffer<uint8_t> b8(size_t(64 * 128));
+  DeviceBuffer<float> sc(64);
+  cuda::KvLayout kv{nullptr, nullptr, 64 * 128, 128, 128};
+  kv.quant = KvQuant::fp8, kv.k8 = kv.v8 = b8.data(), kv.k_scale = kv.v_scale = sc.data();
+  kv.scale_seq_stride = 64, kv.scale_head_stride = 64;
+  EXPECT_FALSE(cuda::rope_qkv_quant_vec(qkv.data(), p.data(), nullptr, 64, inv.data(), 128, false, 7, 1, 128, q.data(),
+                                        kv, nullptr));
+}
+
 TEST(GpuKvQuant, RefusesWhatItCannotRun) {
   KILN_REQUIRE_GPU();
   EXPECT_FALSE(cuda::kv_quant_supported(72));

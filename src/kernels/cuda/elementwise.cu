@@ -300,27 +300,6 @@ __global__ void __launch_bounds__(kRopeThreads)
 constexpr int kRopeVecThreads = 256;
 constexpr int64_t kRopeVecMinTokens = 64;
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __bfloat1622float2(h[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-__device__ __forceinline__ uint4 float_to_bf16x8(const float* f) {
-  uint4 u;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-  return u;
-}
-
-// Rotated items of a token: 8 elements each when interleaved, 8 pairs (16 elements) for halves.
-__host__ __device__ constexpr int rope_vec_rot_items(int heads, int head_dim, bool interleaved) {
-  return interleaved ? heads * head_dim / 8 : heads * head_dim / 16;
-}
 
 // kSlots: K/V rows by slot of a paged pool (the batched steps); else at (seq_ids[t] or 0, position)
 // of a contiguous cache (a prompt's prefill chunk: 1439 us a pp2048 step through the per-token

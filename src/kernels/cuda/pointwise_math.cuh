@@ -43,6 +43,30 @@ __device__ __forceinline__ float rope_b(float x0, float x1, float s, float c) {
   return __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
+// 8 bf16 (16 bytes) <-> 8 floats, for the 16-byte RoPE kernels (elementwise.cu, kv_quant_vec.cu).
+__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+__device__ __forceinline__ uint4 float_to_bf16x8(const float* f) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return u;
+}
+
+// Rotated 16-byte items of a token's heads: 8 elements each when interleaved, 8 pairs (16 elements)
+// for halves.
+__host__ __device__ constexpr int rope_vec_rot_items(int heads, int head_dim, bool interleaved) {
+  return interleaved ? heads * head_dim / 8 : heads * head_dim / 16;
+}
+
 // --- SwiGLU ---
 
 // silu(g) * u. The division is the fast one (__fdividef: a reciprocal and a multiply, ~2 ulp),
