@@ -343,30 +343,10 @@ __global__ void __launch_bounds__(kRopeVecThreads)
   const int d0 = interleaved ? e - h * head_dim : e - h * half;
   const bf16* src = row + h * head_dim;
   bf16* dst = h < n_heads ? q_out + t * q_dim + h * head_dim : kv.k + kv_at(h - n_heads);
-  float a[8], b[8], oa[8], ob[8];
-  if (interleaved) {
-    bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), a);
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      float sn, cs;
-      rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 / 2 + p, inv_freq, sn, cs);
-      oa[2 * p] = rope_a(a[2 * p], a[2 * p + 1], sn, cs);
-      oa[2 * p + 1] = rope_b(a[2 * p], a[2 * p + 1], sn, cs);
-    }
-    *reinterpret_cast<uint4*>(dst + d0) = float_to_bf16x8(oa);
-  } else {
-    bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), a);
-    bf16x8_to_float(*reinterpret_cast<const uint4*>(src + half + d0), b);
-#pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      float sn, cs;
-      rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 + p, inv_freq, sn, cs);
-      oa[p] = rope_a(a[p], b[p], sn, cs);
-      ob[p] = rope_b(a[p], b[p], sn, cs);
-    }
-    *reinterpret_cast<uint4*>(dst + d0) = float_to_bf16x8(oa);
-    *reinterpret_cast<uint4*>(dst + half + d0) = float_to_bf16x8(ob);
-  }
+  float oa[8], ob[8];
+  rope_item(src, d0, half, interleaved, pos, cos_sin, cos_sin_positions, inv_freq, oa, ob);
+  *reinterpret_cast<uint4*>(dst + d0) = float_to_bf16x8(oa);
+  if (!interleaved) *reinterpret_cast<uint4*>(dst + half + d0) = float_to_bf16x8(ob);
 }
 
 __global__ void rope_table_kernel(float2* __restrict__ cos_sin, int64_t total, const float* __restrict__ inv_freq,

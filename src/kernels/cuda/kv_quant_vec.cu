@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
   auto vector_of = [&](int kvh) {
     return kSlots ? kv.slot_quant_index(slots[t], kvh) : kv.quant_index_as<false>(0, pos, kvh);
   };
-  float a[8], b[8], oa[8], ob[8];
+  float oa[8], ob[8];
   float amax = 0.0f;
   int group = 1, h = 0, d0 = 0;
   const bool is_v = item >= sh.k_items;
@@ -102,27 +102,7 @@ __global__ void __launch_bounds__(kThreads)
     const int e = item * 8;
     h = interleaved ? e / head_dim : e / half;
     d0 = interleaved ? e - h * head_dim : e - h * half;
-    const bf16* src = row + h * head_dim;
-    if (interleaved) {
-      bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), a);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        float sn, cs;
-        rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 / 2 + p, inv_freq, sn, cs);
-        oa[2 * p] = rope_a(a[2 * p], a[2 * p + 1], sn, cs);
-        oa[2 * p + 1] = rope_b(a[2 * p], a[2 * p + 1], sn, cs);
-      }
-    } else {
-      bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), a);
-      bf16x8_to_float(*reinterpret_cast<const uint4*>(src + half + d0), b);
-#pragma unroll
-      for (int p = 0; p < 8; ++p) {
-        float sn, cs;
-        rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 + p, inv_freq, sn, cs);
-        oa[p] = rope_a(a[p], b[p], sn, cs);
-        ob[p] = rope_b(a[p], b[p], sn, cs);
-      }
-    }
+    rope_item(row + h * head_dim, d0, half, interleaved, pos, cos_sin, cos_sin_positions, inv_freq, oa, ob);
     if (h >= n_heads) {
       group = sh.k_group;
 #pragma unroll

@@ -67,6 +67,34 @@ __host__ __device__ constexpr int rope_vec_rot_items(int heads, int head_dim, bo
   return interleaved ? heads * head_dim / 8 : heads * head_dim / 16;
 }
 
+// One 16-byte RoPE item of a head (src: the head's bf16 values): interleaved, elements d0 .. d0 + 7
+// rotated into oa; halves, pairs d0 .. d0 + 7 (elements d0 .. and half + d0 ..) into oa and ob.
+// rope_qkv_vec_kernel's and rope_qkv_quant_vec_kernel's arithmetic, per element the scalar kernels'.
+__device__ __forceinline__ void rope_item(const bf16* src, int d0, int half, bool interleaved, int64_t pos,
+                                          const float2* cos_sin, int64_t cos_sin_positions, const float* inv_freq,
+                                          float* oa, float* ob) {
+  float a[8], b[8];
+  bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), a);
+  if (interleaved) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      float sn, cs;
+      rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 / 2 + p, inv_freq, sn, cs);
+      oa[2 * p] = rope_a(a[2 * p], a[2 * p + 1], sn, cs);
+      oa[2 * p + 1] = rope_b(a[2 * p], a[2 * p + 1], sn, cs);
+    }
+  } else {
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(src + half + d0), b);
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      float sn, cs;
+      rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 + p, inv_freq, sn, cs);
+      oa[p] = rope_a(a[p], b[p], sn, cs);
+      ob[p] = rope_b(a[p], b[p], sn, cs);
+    }
+  }
+}
+
 // --- SwiGLU ---
 
 // silu(g) * u. The division is the fast one (__fdividef: a reciprocal and a multiply, ~2 ulp),
