@@ -113,6 +113,7 @@ void quantize(const QuantizeOptions& o) {
   // An input whose linear weights are int4 at the target group already keeps its codes with
   // --tune-epochs: only the tuning runs on it, against --tune-teacher.
   const bool input_int4 = all_linear_int4(model.weights, o.group);
+  const bool codes_kept = input_int4 && o.tune_epochs > 0;  // an int4 input tuned: its codes and keys hold
   if (o.tune_epochs > 0) {
     KILN_CHECK(!input_int4 || !o.tune_teacher.empty(), invalid_argument,
                "'{}' is int4 already: --tune-epochs needs --tune-teacher, the unquantized model to tune against",
@@ -140,7 +141,7 @@ void quantize(const QuantizeOptions& o) {
   }
   std::vector<int32_t> ids;
   if (!o.calib.empty()) ids = calibration_ids(o, model, o.calib, o.calib_tokens);
-  if (!o.calib.empty() && !(input_int4 && o.tune_epochs > 0)) run_awq(o, model, pool, ids);
+  if (!o.calib.empty() && !codes_kept) run_awq(o, model, pool, ids);
   if (o.tune_epochs > 0)
     run_tuning(o, model, teacher, pool,
                o.tune_text.empty() ? ids : calibration_ids(o, model, o.tune_text, o.tune_tokens));
@@ -149,7 +150,6 @@ void quantize(const QuantizeOptions& o) {
   for (const auto& [key, value] : in.metadata()) out.set(key, value);
   out.set_string(gguf::kQuantTypeKey, std::string(quant::target_name(target)));
   out.set_u32(gguf::kQuantVersionKey, 1);
-  const bool codes_kept = input_int4 && o.tune_epochs > 0;  // an int4 input tuned: its keys still hold
   if (!codes_kept) out.set_bool(gguf::kQuantAwqKey, !o.calib.empty() && !o.gptq_no_awq);
   if (o.gptq) out.set_bool(gguf::kQuantGptqKey, true);
   else if (!codes_kept) out.erase(gguf::kQuantGptqKey);
@@ -175,8 +175,7 @@ void quantize(const QuantizeOptions& o) {
     // give them back (a group need not use the codes 0 and 15).
     // The same holds for tuned grids (--tune-epochs), and for an int4 input's codes, kept to be tuned.
     const bool codes_set = (o.gptq || o.tune_epochs > 0) && to == quant::TargetType::int4 && name != kHeadName &&
-                           m.quant.format == QuantFormat::int4 &&
-                           m.quant.group_size == quant::int4_group_for(m.cols, o.group);
+                           int4_at_group(m, o.group);
     if (!codes_set) quant::quantize_matrix(m, to, o.group);
     if (to == quant::TargetType::bf16) {
       out.add_tensor(name, ne, uint32_t(gguf::GgmlType::BF16), bf16_bytes(m.data));

@@ -66,7 +66,8 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, std
 void run_tuning(const QuantizeOptions& o, LoadedModel& model, const LoadedModel& teacher, ThreadPool& pool,
                 std::span<const int32_t> ids);
 
-// Every linear weight int4 with the group --group gives its row.
+// m is int4 with the group --group gives its rows; every linear weight is.
+bool int4_at_group(const HostMatrix& m, int64_t group);
 bool all_linear_int4(ModelWeights& w, int64_t group);
 bool same_shapes(const ModelConfig& a, const ModelConfig& b);
 

@@ -168,11 +168,13 @@ void run_awq(const QuantizeOptions& o, LoadedModel& model, ThreadPool& pool, std
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+bool int4_at_group(const HostMatrix& m, int64_t group) {
+  return m.quant.format == QuantFormat::int4 && m.quant.group_size == quant::int4_group_for(m.cols, group);
+}
+
 bool all_linear_int4(ModelWeights& w, int64_t group) {
   for (const auto& [name, m] : gguf::named_tensors(w))
-    if (gguf::is_linear_weight(name) &&
-        (m->quant.format != QuantFormat::int4 || m->quant.group_size != quant::int4_group_for(m->cols, group)))
-      return false;
+    if (gguf::is_linear_weight(name) && !int4_at_group(*m, group)) return false;
   return true;
 }
 
@@ -188,11 +190,10 @@ void run_tuning(const QuantizeOptions& o, LoadedModel& model, const LoadedModel&
                       4.0 * double(model.config.n_params());
   KILN_CHECK(have <= 0 || need < 0.7 * have, unsupported,
              "--tune-epochs would hold {:.1f} GB (the teacher's log-probabilities of {} calibration tokens, one "
-             "window's activations, a second model), more than 70% of this machine's {:.1f} GB: lower --calib-tokens",
-             need / 1e9, ids.size(), have / 1e9);
+             "window's activations, a second model), more than 70% of this machine's {:.1f} GB: lower {}",
+             need / 1e9, ids.size(), have / 1e9, o.tune_text.empty() ? "--calib-tokens" : "--tune-tokens");
   for (auto& [name, m] : gguf::named_tensors(model.weights))
-    if (gguf::is_linear_weight(name) && !(m->quant.format == QuantFormat::int4 &&
-                                          m->quant.group_size == quant::int4_group_for(m->cols, o.group)))
+    if (gguf::is_linear_weight(name) && !int4_at_group(*m, o.group))
       quant::quantize_matrix(*m, quant::TargetType::int4, o.group);
   const int64_t windows = int64_t(ids.size()) / o.calib_ctx;
   fmt::print(stderr, "kiln quantize: tuning the int4 grids end to end ({}; {} epochs of {} windows of {}, Adam rate {}; "

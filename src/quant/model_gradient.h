@@ -1,5 +1,5 @@
 // The gradient of a loss on a model's logits with respect to its linear weights, for one window of
-// tokens on the CPU: what the end-to-end tuning of int4 grids (scale_tuning.h) descends.
+// tokens on the CPU: what the end-to-end tuning of int4 grids (grid_tuning.h) descends.
 //
 // The forward is the CPU backend's (same operators: cpu::rmsnorm, cpu::matmul, cpu::rope, the causal
 // softmax attention, silu * up; the logits agree with CpuBackend's to fp32 rounding) with every

@@ -109,9 +109,7 @@ void dequantize_row(const QuantizedMatrix& m, int64_t r, float* out) {
     case QuantFormat::int4:
       for (int64_t c = 0; c < m.cols; ++c) {
         const int64_t at = r * m.cols + c, g = r * groups + c / g_size;
-        const uint8_t byte = q[size_t(at / 2)];
-        const int nibble = (at % 2 == 0) ? (byte & 0xf) : (byte >> 4);
-        out[c] = float(nibble) * m.scales[size_t(g)] + m.mins[size_t(g)];
+        out[c] = float(int4_code(m, at)) * m.scales[size_t(g)] + m.mins[size_t(g)];
       }
       return;
     case QuantFormat::fp8:

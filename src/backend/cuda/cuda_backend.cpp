@@ -215,6 +215,26 @@ void run_chunk(Impl& m, CudaKvSequence& seq, std::span<const int32_t> tokens, bo
 
 // ---- the backend's state ---------------------------------------------------------------------
 
+bf16* CudaBackend::Impl::kv_scratch_for(int64_t positions) {
+  const int64_t kv_dim = c.kv_dim();
+  if (int64_t(kv_scratch.size()) < 2 * positions * kv_dim) {
+    int64_t grown = 2048;
+    while (grown < positions) grown *= 2;
+    KILN_CUDA_CHECK(cudaStreamSynchronize(s()));
+    kv_scratch = DeviceBuffer<bf16>();
+    kv_scratch = DeviceBuffer<bf16>(size_t(2 * grown * kv_dim));
+  }
+  return kv_scratch.data();
+}
+
+cuda::KvLayout CudaBackend::Impl::dequantized(const cuda::KvLayout& kv, int64_t seq, int64_t end) {
+  const int64_t kv_dim = c.kv_dim();
+  bf16* k = kv_scratch_for(end);
+  bf16* v = k + end * kv_dim;
+  op("kv_dequantize", kv_dequantize_cost(end), [&] { cuda::kv_dequantize(kv, seq, end, int(c.n_kv_heads), k, v, s()); });
+  return cuda::KvLayout{k, v, end * kv_dim, kv_dim, int(c.head_dim)};
+}
+
 void CudaBackend::Impl::init_common() {
   c.validate();
   KILN_CHECK(c.head_dim % 8 == 0 && c.head_dim <= cuda::kAttnMaxHeadDim, unsupported,

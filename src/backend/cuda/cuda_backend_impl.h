@@ -565,28 +565,17 @@ struct CudaBackend::Impl {
   // row when paged) dequantized into kv_scratch, as the contiguous bf16 layout attention_prefill
   // reads (its wgmma version included). Prefill attention is compute-bound, so one more pass over
   // the cached positions costs little (PERFORMANCE.md, session 5); the scratch holds one sequence
-  // of one layer and is reused layer after layer (stream order). Never called inside a graph capture.
+  // of one layer (or, in a batched step, the compact copy of all its prefill chunks: cuda_batch.cpp)
+  // and is reused layer after layer (stream order). Never called inside a graph capture.
   DeviceBuffer<bf16> kv_scratch;  // (2, positions, kv_dim): K then V
   // kv_scratch holding at least 2 x positions x kv_dim values (grown to a power of two >= 2048
   // positions; the stream is synchronized first, as the old scratch may still be read).
-  bf16* kv_scratch_for(int64_t positions) {
-    const int64_t kv_dim = c.kv_dim();
-    if (int64_t(kv_scratch.size()) < 2 * positions * kv_dim) {
-      int64_t grown = 2048;
-      while (grown < positions) grown *= 2;
-      KILN_CUDA_CHECK(cudaStreamSynchronize(s()));
-      kv_scratch = DeviceBuffer<bf16>();
-      kv_scratch = DeviceBuffer<bf16>(size_t(2 * grown * kv_dim));
-    }
-    return kv_scratch.data();
-  }
-  cuda::KvLayout dequantized(const cuda::KvLayout& kv, int64_t seq, int64_t end) {
-    const int64_t kv_dim = c.kv_dim();
-    bf16* k = kv_scratch_for(end);
-    bf16* v = k + end * kv_dim;
-    const double bytes = double(end * kv_dim) * 2 * (1 + 2) + double(end * c.n_kv_heads) * 2 * 4;
-    op("kv_dequantize", profile::Cost{bytes, 0}, [&] { cuda::kv_dequantize(kv, seq, end, int(c.n_kv_heads), k, v, s()); });
-    return cuda::KvLayout{k, v, end * kv_dim, kv_dim, int(c.head_dim)};
+  bf16* kv_scratch_for(int64_t positions);                                           // cuda_backend.cpp
+  cuda::KvLayout dequantized(const cuda::KvLayout& kv, int64_t seq, int64_t end);   // cuda_backend.cpp
+  // The cost model's bytes of dequantizing `positions` cached positions: 1 byte a value read and 2
+  // written, K and V, and their scales (dequantized, and the batched steps' kv_dequantize_rows).
+  profile::Cost kv_dequantize_cost(int64_t positions) const {
+    return profile::Cost{double(positions * c.kv_dim()) * 2 * (1 + 2) + double(positions * c.n_kv_heads) * 2 * 4, 0};
   }
 
   // Final norm and lm_head of n_out residual rows starting at x_rows: a.logits (n_out, vocab).

@@ -423,7 +423,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   int32_t* h = pool.host_meta.data();
   profile::Cost dec_cost;
   const int64_t bs = pool.block_size();
-  int64_t compact_blocks = 0, compact_max_end = 0, compact_values = 0;
+  int64_t compact_blocks = 0, compact_max_end = 0, compact_positions = 0;
   for (size_t k = 0; k < p.order.size(); ++k) {
     const BatchEntry& b = entries[p.order[k]];
     const int64_t n = int64_t(b.tokens.size()), r0 = p.row0[k];
@@ -446,7 +446,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
       for (int64_t j = 0; j < blocks; ++j) row[j] = int32_t(compact_blocks + j);
       compact_blocks += blocks;
       compact_max_end = std::max(compact_max_end, end);
-      compact_values += end * c.kv_dim();
+      compact_positions += end;
     }
   }
   std::copy(p.logit_rows.begin(), p.logit_rows.end(), h + ml.rows);
@@ -489,9 +489,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
         read.block_table = meta + ml.ctable;
         read.bt_stride = p.S;
         read.block_shift = kv.block_shift;
-        // Bytes: 1 a value read and 2 written, K and V, and their scales.
-        const profile::Cost cost{double(compact_values) * 2 * 3 + double(compact_values / c.head_dim) * 2 * 4, 0};
-        m.op("kv_dequantize", cost, [&] {
+        m.op("kv_dequantize", m.kv_dequantize_cost(compact_positions), [&] {
           cuda::kv_dequantize_rows(kv, read, meta + ml.ends, p.n_dec, int64_t(p.order.size()) - p.n_dec,
                                    compact_max_end, int(c.n_kv_heads), m.s());
         });

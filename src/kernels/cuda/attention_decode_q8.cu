@@ -53,11 +53,6 @@ constexpr int kThreads = 128, kRows = 16;
 constexpr int kDefaultVersion = 2;
 constexpr int stages_of(int version) { return version == 1 ? 4 : version == 2 ? 5 : 3; }
 
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(attn::smem_u32(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-
 // The 64-position tiles of split block `split` of P (interleaved: tiles split, split + P, ...), as
 // attention_decode.cu's default; used = blocks that hold data.
 struct Split {
@@ -327,7 +322,6 @@ bool attention_decode_q8_version(int version, const bf16* q, KvLayout kv, const 
     }
   }
   const bool slice_version = version >= 4 && version <= 6;  // 5, 6: the slice kernel's variants 1, 2
-  if (slice_version && head_dim % 16 != 0) return false;
   if (batch == 0) return true;
   KILN_CUDA_REQUIRE(max_kv_len < (int64_t(1) << 31), "attention: max_kv_len too large");
   KILN_CUDA_REQUIRE(!kv.paged() || (kv.block_shift >= 0 && kv.block_shift <= 20 && kv.bt_stride > 0),
@@ -346,12 +340,7 @@ bool attention_decode_q8_version(int version, const bf16* q, KvLayout kv, const 
     const bool fits = fit.blocks_per_sm >= 2;
     if (slice_version && !fits) return false;
     if (fits && (slice_version || 8 * batch * n_kv_heads >= kDecodeSlicesPairsPer8Warps * fit.resident_warps)) {
-      static const bool pdl = [] {
-        int dev = 0, major = 0;
-        KILN_CUDA_CHECK(cudaGetDevice(&dev));
-        KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        return major >= 9 && env_switch_on("KILN_ATTN_SPLIT_PDL");  // as the split kernels
-      }();
+      static const bool pdl = env_switch_on("KILN_ATTN_SPLIT_PDL");  // as the split kernels (launch_maybe_pdl: sm_90+)
       attention_decode_q8_slices(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, pdl, stream, variant);
       return true;
     }

@@ -52,11 +52,6 @@ size_t q8_slices_smem_bytes(int group) {
   return size_t(kWarps) * q8_warp_bytes<D, kSlots>(group);
 }
 
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(attn::smem_u32(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-
 template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     decode_q8_slices_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
