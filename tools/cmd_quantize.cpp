@@ -87,8 +87,10 @@ void quantize(const QuantizeOptions& o) {
   KILN_CHECK(o.calib.empty() || target == quant::TargetType::int4, invalid_argument,
              "--calib (the AWQ scale search) applies to --type int4 only");
   KILN_CHECK(!o.gptq || !o.calib.empty(), invalid_argument, "--gptq needs a calibration text (--calib)");
-  KILN_CHECK(o.tune_epochs == 0 || !o.calib.empty(), invalid_argument,
-             "--tune-epochs needs a calibration text (--calib)");
+  KILN_CHECK(o.tune_epochs == 0 || target == quant::TargetType::int4, invalid_argument,
+             "--tune-epochs tunes int4 grids: it needs --type int4");
+  KILN_CHECK(o.tune_epochs == 0 || !o.calib.empty() || !o.tune_text.empty(), invalid_argument,
+             "--tune-epochs needs a text to tune on (--tune-text, or --calib)");
   KILN_CHECK(o.gptq_samples >= 1, invalid_argument, "--gptq-samples must be at least 1");
   KILN_CHECK(!(o.gptq_no_awq && o.gptq_clip), invalid_argument,
              "--gptq-clip runs with the AWQ search, which --gptq-no-awq skips");
@@ -139,9 +141,12 @@ void quantize(const QuantizeOptions& o) {
                  "--tune-teacher '{}' does not have the shapes of '{}'", o.tune_teacher, o.input);
     }
   }
+  // --calib's tokens feed the AWQ / GPTQ calibration and, without --tune-text, the tuning; an int4
+  // input whose codes are kept and tuned on --tune-text does not read them.
+  const bool calib_used = !o.calib.empty() && (!codes_kept || o.tune_text.empty());
   std::vector<int32_t> ids;
-  if (!o.calib.empty()) ids = calibration_ids(o, model, o.calib, o.calib_tokens);
-  if (!o.calib.empty() && !codes_kept) run_awq(o, model, pool, ids);
+  if (calib_used) ids = calibration_ids(o, model, o.calib, o.calib_tokens);
+  if (calib_used && !codes_kept) run_awq(o, model, pool, ids);
   if (o.tune_epochs > 0)
     run_tuning(o, model, teacher, pool,
                o.tune_text.empty() ? ids : calibration_ids(o, model, o.tune_text, o.tune_tokens));

@@ -99,9 +99,13 @@ void attention_forward(ThreadPool& pool, const ModelConfig& c, int64_t n, LayerT
   const float scale = 1.0f / std::sqrt(float(d));
   tp.p.assign(size_t(c.n_heads * n * n), 0.0f);
   tp.a.assign(size_t(n * c.q_dim()), 0.0f);
+  Buffer kh, vt;
   for (int64_t h = 0; h < c.n_heads; ++h) {
-    const Buffer qh = head_slice(tp.q, n, c.n_heads, d, h), kh = head_slice(tp.k, n, c.n_kv_heads, d, h / group);
-    const Buffer vt = transpose(head_slice(tp.v, n, c.n_kv_heads, d, h / group).data(), n, d);
+    if (h % group == 0) {  // a KV head's K and V^T, once for its group of query heads
+      kh = head_slice(tp.k, n, c.n_kv_heads, d, h / group);
+      vt = transpose(head_slice(tp.v, n, c.n_kv_heads, d, h / group).data(), n, d);
+    }
+    const Buffer qh = head_slice(tp.q, n, c.n_heads, d, h);
     float* p = tp.p.data() + h * n * n;
     cpu::matmul(pool, qh.data(), kh.data(), nullptr, p, n, n, d);
     for (int64_t i = 0; i < n; ++i) {
@@ -127,11 +131,15 @@ void attention_backward(ThreadPool& pool, const ModelConfig& c, int64_t n, const
   dq.assign(size_t(n * c.q_dim()), 0.0f);
   dk.assign(size_t(n * c.kv_dim()), 0.0f);
   dv.assign(size_t(n * c.kv_dim()), 0.0f);
-  Buffer dp(size_t(n * n)), tmp(size_t(n * d));
+  Buffer dp(size_t(n * n)), tmp(size_t(n * d)), vh, kt;
   for (int64_t h = 0; h < c.n_heads; ++h) {
     const int64_t kvh = h / group;
+    if (h % group == 0) {  // a KV head's V and K^T, once for its group of query heads
+      vh = head_slice(tp.v, n, c.n_kv_heads, d, kvh);
+      kt = transpose(head_slice(tp.k, n, c.n_kv_heads, d, kvh).data(), n, d);
+    }
     const float* p = tp.p.data() + h * n * n;
-    const Buffer doh = head_slice(da, n, c.n_heads, d, h), vh = head_slice(tp.v, n, c.n_kv_heads, d, kvh);
+    const Buffer doh = head_slice(da, n, c.n_heads, d, h);
     cpu::matmul(pool, doh.data(), vh.data(), nullptr, dp.data(), n, n, d);  // dP = dO V^T
     for (int64_t i = 0; i < n; ++i) {  // dS = P o (dP - rowsum(P o dP)), times the score scale
       const float* pr = p + i * n;
@@ -140,7 +148,6 @@ void attention_backward(ThreadPool& pool, const ModelConfig& c, int64_t n, const
       for (int64_t j = 0; j <= i; ++j) dot += double(pr[j]) * r[j];
       for (int64_t j = 0; j < n; ++j) r[j] = j <= i ? float(pr[j] * (r[j] - dot)) * scale : 0.0f;
     }
-    const Buffer kt = transpose(head_slice(tp.k, n, c.n_kv_heads, d, kvh).data(), n, d);
     cpu::matmul(pool, dp.data(), kt.data(), nullptr, tmp.data(), n, d, n);  // dQ = dS K
     add_head_slice(dq, tmp, n, c.n_heads, d, h);
     const Buffer dst = transpose(dp.data(), n, n);

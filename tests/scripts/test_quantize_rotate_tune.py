@@ -28,7 +28,9 @@ def test_rotated_model_predicts_the_same_tokens(needs_kiln, tmp_path):
 def test_tuning_options_are_checked_first(needs_kiln, tmp_path):
     out = tmp_path / "never.gguf"
     no_text = kiln("quantize", MODEL, out, "--type", "int4", "--tune-epochs", "1")
-    assert no_text.returncode != 0 and "--tune-epochs needs a calibration text" in no_text.stderr
+    assert no_text.returncode != 0 and "--tune-epochs needs a text to tune on" in no_text.stderr
+    not_int4 = kiln("quantize", MODEL, out, "--type", "int8", "--tune-epochs", "1", "--tune-text", MODEL)
+    assert not_int4.returncode != 0 and "--type int4" in not_int4.stderr
     for args in (("--tune-epochs", "-1"), ("--tune-epochs", "65"), ("--tune-epochs", "1", "--tune-lr", "0"),
                  ("--tune-epochs", "1", "--tune-lr", "1")):
         q = kiln("quantize", MODEL, out, "--type", "int4", "--calib", MODEL, *args)
@@ -65,6 +67,14 @@ def test_tuning_an_int4_file_keeps_its_codes_and_records_it(needs_kiln, tmp_path
              "--tune-epochs", "1", "--tune-teacher", MODEL, "-t", "2")
     assert q.returncode == 0, q.stderr[-2000:]
     assert "2 windows of 64" in q.stderr and "tuning done" in q.stderr
+    # On --tune-text, with the codes kept, nothing reads --calib (here a text too short to be one) and
+    # --calib is not needed at all.
+    short = tmp_path / "short.txt"
+    short.write_text("Too short.")
+    for calib_args in (("--calib", short), ()):
+        again = kiln("quantize", int4, tmp_path / "tuned2.gguf", "--type", "int4", *calib_args, "--tune-text", calib,
+                     "--calib-ctx", "64", "--tune-tokens", "128", "--tune-epochs", "1", "--tune-teacher", MODEL, "-t", "2")
+        assert again.returncode == 0 and "2 windows of 64" in again.stderr, again.stderr[-2000:]
     assert "AWQ" not in q.stderr  # the codes are kept: no scale search, no GPTQ
     head = int4.read_bytes()[:4 << 20]
     tuned_head = tuned.read_bytes()[:4 << 20]

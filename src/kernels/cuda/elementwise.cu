@@ -298,7 +298,6 @@ __global__ void __launch_bounds__(kRopeThreads)
 // elements of each half), then v in 8-element copies. Same arithmetic as the scalar kernel per
 // element, so the results are bit-identical.
 constexpr int kRopeVecThreads = 256;
-constexpr int64_t kRopeVecMinTokens = 64;
 
 
 // kSlots: K/V rows by slot of a paged pool (the batched steps); else at (seq_ids[t] or 0, position)

@@ -187,7 +187,7 @@ void rope_qkv_quant(const bf16* qkv, const int32_t* positions, const int32_t* sl
   KILN_CUDA_REQUIRE(kv.quantized() && kv_quant_supported(head_dim), "rope_qkv_quant: needs a quantized KV layout, head_dim % 16 == 0");
   KILN_CUDA_REQUIRE(slots || !kv.paged(), "rope_qkv_quant: a paged pool is written by slot");
   if (n == 0) return;
-  if (n >= 64 && rope_qkv_quant_vec_default() &&
+  if (n >= kRopeVecMinTokens && rope_qkv_quant_vec_default() &&
       rope_qkv_quant_vec(qkv, positions, slots, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim, q_out,
                          kv, stream, cos_sin, cos_sin_positions))
     return;

@@ -61,6 +61,10 @@ __device__ __forceinline__ uint4 float_to_bf16x8(const float* f) {
   return u;
 }
 
+// The 16-byte RoPE forms (rope_qkv's and rope_qkv_quant's) run from this many tokens; under it the
+// per-token kernels, shaped for one token's latency, are the faster.
+constexpr int64_t kRopeVecMinTokens = 64;
+
 // Rotated 16-byte items of a token's heads: 8 elements each when interleaved, 8 pairs (16 elements)
 // for halves.
 __host__ __device__ constexpr int rope_vec_rot_items(int heads, int head_dim, bool interleaved) {
