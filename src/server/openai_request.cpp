@@ -196,7 +196,7 @@ json parse_json_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past a double (1e400)
     throw bad_request(fmt::format("the request body is not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) throw bad_request("the request body must be a JSON object");

@@ -40,7 +40,7 @@ def valid_request_works(server):
 @pytest.mark.parametrize("body", [
     b"", b"{", b"not json", b"[1, 2]", b'{"prompt": "x",}', b'{"prompt": NaN}', b"\x00\x01\x02",
     b'{"prompt": "\xff\xfe bad utf-8"}', b'{"messages": [{"role": "user", "content": "\xc3\x28"}]}',
-    b'{"prompt": "\xed\xa0\x80 surrogate"}',
+    b'{"prompt": "\xed\xa0\x80 surrogate"}', b'{"prompt": "x", "temperature": 1e400}',
 ])
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 def test_malformed_bodies(server, path, body):
