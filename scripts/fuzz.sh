@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader for SECONDS and the safetensors reader for half that: scripts/fuzz.sh [SECONDS] (default 60).
+# Fuzzes the GGUF reader for SECONDS, then the safetensors reader, the chat-template interpreter, the
+# tokenizer.json reader and the OpenAI request path for half that each: scripts/fuzz.sh [SECONDS]
+# (default 60).
 #
 # Builds tests/fuzz/fuzz_gguf with clang in its own folder (build-fuzz), with all of kiln_core
 # compiled under ASan+UBSan and libFuzzer's coverage instrumentation so the parser itself is
@@ -24,7 +26,7 @@ start=$(date +%s)
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKILN_CUDA=OFF -DKILN_FUZZ=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target fuzz_gguf fuzz_safetensors
+cmake --build "$build" -j"$jobs" --target fuzz_gguf fuzz_safetensors fuzz_chat_template fuzz_tokenizer_json fuzz_request
 echo "fuzz.sh: built in $(( $(date +%s) - start )) s"
 
 bin="$build/tests/fuzz/fuzz_gguf"
@@ -55,4 +57,38 @@ mkdir -p "$st_seeds" "$st_corpus"
   -max_total_time="$(( (seconds + 1) / 2 ))" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -malloc_limit_mb=256 \
   -artifact_prefix="$artifacts" -print_final_stats=1
-echo "fuzz.sh: no crash in ${seconds} s (GGUF) + $(( (seconds + 1) / 2 )) s (safetensors) of fuzzing ($(( $(date +%s) - start )) s in all)"
+# The Jinja interpreter on templates (a model file's chat template is untrusted input), from the
+# real templates of tests/data/chat_templates.
+half=$(( (seconds + 1) / 2 ))
+jinja_corpus="$build/corpus_chat_template"
+mkdir -p "$jinja_corpus"
+"$build/tests/fuzz/fuzz_chat_template" "$jinja_corpus" "$root/tests/data/chat_templates" \
+  -dict="$root/tests/fuzz/jinja.dict" \
+  -max_total_time="$half" -max_len=8192 -timeout=10 \
+  -rss_limit_mb=2048 -malloc_limit_mb=256 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+
+# tokenizer.json documents (a Hugging Face directory is untrusted input), from small valid ones.
+tok_corpus="$build/corpus_tokenizer_json"
+mkdir -p "$tok_corpus"
+"$build/tests/fuzz/fuzz_tokenizer_json" "$tok_corpus" "$root/tests/data/tokenizer_json_corpus" \
+  -max_total_time="$half" -max_len=16384 -timeout=10 \
+  -rss_limit_mb=2048 -malloc_limit_mb=256 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+
+# Request bodies of /v1/completions and /v1/chat/completions (parsing, validation, chat rendering,
+# tokenization) against the default model's tokenizer.json and template.
+req_bin="$build/tests/fuzz/fuzz_request"
+req_seeds="$build/seeds_request"
+req_corpus="$build/corpus_request"
+rm -rf "$req_seeds"
+mkdir -p "$req_seeds" "$req_corpus"
+"$req_bin" --write-seeds "$req_seeds"
+"$req_bin" "$req_corpus" "$req_seeds" \
+  -dict="$root/tests/fuzz/request.dict" \
+  -max_total_time="$half" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -malloc_limit_mb=256 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+echo "fuzz.sh: no crash in ${seconds} s (GGUF) + 4 x ${half} s (safetensors, chat templates, tokenizer.json," \
+  "requests) of fuzzing" \
+  "($(( $(date +%s) - start )) s in all)"

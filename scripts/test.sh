@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole CPU test suite: the GGUF parser fuzzer for a bounded time, then every ctest test:
+# The whole CPU test suite: the libFuzzer targets for a bounded time (scripts/fuzz.sh), then every ctest test:
 # unit, golden (default model vs llama.cpp fixtures), GPU tests (they skip without a GPU); then
 # the HTTP server tests (tests/server, pytest + the official openai client against a real
 # `kiln serve` on the default model, CPU) and the device-run report's tests (tests/scripts, on
