@@ -3,7 +3,7 @@
 // tokenizer_config.json) and so is untrusted. Rendering it over a fixed conversation must end in
 // text or in kiln::Error (a syntax error, an unsupported construct, raise_exception, a runaway
 // loop or value caught by the sandbox's limits); any other exception, a crash, undefined
-// behaviour, a hang or an allocation past libFuzzer's limit is a bug.
+// behaviour, a hang (scripts/fuzz.sh: 60 s) or an allocation past libFuzzer's limit is a bug.
 // Seeds: the real templates of tests/data/chat_templates (scripts/fuzz.sh passes the folder).
 #include <cstdint>
 #include <string>
@@ -21,12 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   static const kiln::ChatSpecialTokens special{"<s>", "</s>"};
   const std::string source(reinterpret_cast<const char*>(data), size);
-  for (const bool add_generation_prompt : {true, false}) {
-    try {
-      (void)kiln::render_chat(source, conversation, add_generation_prompt, special);
-    } catch (const kiln::Error&) {
-      return 0;  // the same template fails the same way with the other flag, mostly
-    }
+  try {
+    // One render an input (the flag from the size's parity): a template that builds a value up to
+    // the sandbox's 64 MiB takes ~15 s under the sanitizers, 0.9 s in a release build.
+    (void)kiln::render_chat(source, conversation, size % 2 == 0, special);
+  } catch (const kiln::Error&) {
   }
   return 0;
 }

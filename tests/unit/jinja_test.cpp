@@ -308,6 +308,67 @@ TEST(Jinja, RunawayTemplatesFailInsteadOfCrashing) {
                "steps", Errc::invalid_argument);
 }
 
+// Found by fuzz_chat_template (tests/fuzz) or written beside what it found: 64-bit integers at
+// their edges, sizes that would wrap or were not counted, loops whose step passes 64 bits, and
+// a namespace that holds itself. Each must fail (or answer) at once, with no undefined behaviour.
+TEST(Jinja, IntegersAtTheir64BitEdges) {
+  const std::string min = "(-9223372036854775807 - 1)";
+  expect_error([] { render("{{ 9223372036854775807 + 1 }}"); }, "beyond 64 bits", Errc::unsupported);
+  expect_error([] { render("{{ 3037000500 * 3037000500 }}"); }, "beyond 64 bits", Errc::unsupported);
+  expect_error([] { render("{{ 10000000000 * 10000000000.5 // 1 * 1 }}x{{ 2 ** 63 }}"); }, "beyond 64 bits",
+               Errc::unsupported);
+  expect_error([&] { render("{{ " + min + " // -1 }}"); }, "beyond 64 bits", Errc::unsupported);
+  expect_error([&] { render("{{ -" + min + " }}"); }, "beyond 64 bits", Errc::unsupported);
+  expect_error([&] { render("{{ " + min + "|abs }}"); }, "beyond 64 bits", Errc::unsupported);
+  expect_error([] { render("{{ 1e300|int }}"); }, "beyond 64 bits", Errc::unsupported);
+  expect_error([] { render("{{ '-1e19'|int }}"); }, "beyond 64 bits", Errc::unsupported);
+  EXPECT_EQ(render("{{ " + min + " % -1 }}|{{ " + min + " }}|{{ (-2) ** 63 }}|{{ 2 ** 62 }}|{{ 3 ** 39 }}"),
+            "0|-9223372036854775808|-9223372036854775808|4611686018427387904|4052555153018976267");
+  // Python takes no time over these; neither may kiln (the power is by squaring, not y products).
+  EXPECT_EQ(render("{{ 1 ** 9223372036854775807 }}|{{ (-1) ** 9223372036854775807 }}|{{ 0 ** 9000000000000 }}"),
+            "1|-1|0");
+  EXPECT_EQ(render("{{ 3.99|int }}|{{ -3.99|int }}|{{ '7.5'|int }}"), "3|-3|7");
+  EXPECT_EQ(render("{{ range(9223372036854775805, 9223372036854775807, 5)|list }}|"
+                   "{{ range(-9223372036854775807, -9223372036854775807 - 1, -3)|list }}"),
+            "[9223372036854775805]|[-9223372036854775807]");
+  EXPECT_EQ(render("{{ 'abc'[1::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807] }}|{{ [1, 2, 3][2:0:"
+                   "-9223372036854775807] }}"),
+            "b|c|[3]");
+}
+
+TEST(Jinja, ValuesThatWouldOutgrowMemoryFailFirst) {
+  // 'abcdefgh' * 2**61 wrapped to a size of 0 (2**64 bytes) and passed the check; '' * n looped n times.
+  expect_error([] { render("{{ 'ab' * 4611686018427387904 }}"); }, "grew past", Errc::invalid_argument);
+  expect_error([] { render("{{ 'abcdefgh' * 2305843009213693952 }}"); }, "grew past", Errc::invalid_argument);
+  EXPECT_EQ(render("{{ '' * 9223372036854775807 }}|{{ [] * 9223372036854775807 }}|{{ 'ab' * -3 }}"), "|[]|");
+  // A list holds its strings by value: copying it copies their text.
+  expect_error([] { render("{% set s = 'x' * 40000000 %}{{ ([s] * 2)|length }}"); }, "grew past",
+               Errc::invalid_argument);
+  expect_error([] { render("{% set s = 'x' * 40000000 %}{{ ([s] + [s])|length }}"); }, "grew past",
+               Errc::invalid_argument);
+  expect_error([] { render("{{ 'x'|indent(10000000000000) }}"); }, "grew past", Errc::invalid_argument);
+  expect_error([] { render("{{ [1]|tojson(indent=10000000000000) }}"); }, "grew past", Errc::invalid_argument);
+  expect_error([] { render("{% set s = 'a' * 1000000 %}{{ s|replace('a', 'b' * 100)|length }}"); }, "grew past",
+               Errc::invalid_argument);
+  expect_error([] { render("{% set s = 'a' * 1000000 %}{{ s.replace('a', 'b' * 100)|length }}"); }, "grew past",
+               Errc::invalid_argument);
+  expect_error([] { render("{% set s = 'x' * 1000000 %}{% set l = [s] * 40 %}{{ (l + l)|join|length }}"); },
+               "grew past", Errc::invalid_argument);
+  expect_error([] { render("{% set s = 'x' * 4000000 %}{% set l = [[s] * 10] * 10 %}{{ l|tojson|length }}"); },
+               "grew past", Errc::invalid_argument);
+  expect_error([] { render("{% set s = 'x' * 4000000 %}{% set l = [[s] * 10] * 10 %}{{ l|string|length }}"); },
+               "grew past", Errc::invalid_argument);
+}
+
+TEST(Jinja, ANamespaceHoldingItselfFailsToPrint) {
+  expect_error([] { render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}"); }, "nested too deeply",
+               Errc::invalid_argument);
+  expect_error([] { render("{% set ns = namespace(a=1) %}{% set ns.me = [ns] %}{{ ns|tojson }}"); },
+               "not JSON serializable", Errc::invalid_argument);
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns.me.me.a }}|{{ ns == ns.me }}"),
+            "1|True");
+}
+
 TEST(Jinja, TemplatesRenderRepeatedlyWithDifferentVariables) {
   const Template t("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}");
   EXPECT_EQ(t.render({{"messages", from_json(nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])"))}}),

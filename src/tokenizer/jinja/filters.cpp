@@ -68,6 +68,7 @@ Value filter_join(const Value& v, const CallArgs& a, int line) {
     if (!first) out += sep;
     first = false;
     out += text_of(args.has(1) ? lookup_path(item, args.get(1), line) : item);
+    check_value_size(out.size(), line);
   }
   return out;
 }
@@ -84,7 +85,9 @@ Value filter_replace(const Value& v, const CallArgs& a, int line) {
   args.require(0, "old");
   args.require(1, "new");
   const int64_t count = args.has(2) && !args.get(2).is_none() ? args.integer(2) : -1;
-  return py::replace(text_of(v), text_of(args.get(0)), text_of(args.get(1)), count);
+  std::optional<std::string> out = py::replace(text_of(v), text_of(args.get(0)), text_of(args.get(1)), count, kMaxValueBytes);
+  if (!out) check_value_size(kMaxValueBytes + 1, line);
+  return std::move(*out);
 }
 
 Value filter_int(const Value& v, const CallArgs& a, int line) {
@@ -93,7 +96,7 @@ Value filter_int(const Value& v, const CallArgs& a, int line) {
   const int base = int(args.has(1) ? args.integer(1) : 10);
   if (v.is_undefined()) fail_undefined(v.as_undefined(), line);  // Python's int() on Undefined fails
   if (v.is_int() || v.is_bool()) return v.to_int();
-  if (v.is_float()) return std::isfinite(v.as_float()) ? Value(int64_t(std::trunc(v.as_float()))) : fallback;
+  if (v.is_float()) return std::isfinite(v.as_float()) ? Value(int_from_double(v.as_float(), line)) : fallback;
   if (v.is_string()) {
     const std::string s = py::strip(v.as_string(), std::nullopt, true, true);
     char* end = nullptr;
@@ -101,7 +104,7 @@ Value filter_int(const Value& v, const CallArgs& a, int line) {
     const long long i = std::strtoll(s.c_str(), &end, base);
     if (!s.empty() && *end == 0 && errno == 0) return int64_t(i);
     const double d = std::strtod(s.c_str(), &end);  // Jinja falls back to int(float(s))
-    if (base == 10 && !s.empty() && *end == 0 && std::isfinite(d)) return int64_t(std::trunc(d));
+    if (base == 10 && !s.empty() && *end == 0 && std::isfinite(d)) return int_from_double(d, line);
   }
   return fallback;
 }
@@ -129,6 +132,13 @@ Value filter_items(const Value& v, const CallArgs& a, int line) {
   return Value::list(std::move(pairs));
 }
 
+// indent= of tojson and width of indent: a string, or that many spaces (checked before it is made).
+std::string padding(const Value& width, int64_t spaces, int line) {
+  if (width.is_string()) return width.as_string();
+  check_value_size(size_t(std::clamp<int64_t>(spaces, 0, int64_t(kMaxValueBytes) + 1)), line);
+  return std::string(size_t(std::max<int64_t>(0, spaces)), ' ');
+}
+
 Value filter_tojson(const Value& v, const CallArgs& a, int line) {
   // transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
   BoundArgs args(a, what("tojson"), line, {"ensure_ascii", "indent", "separators", "sort_keys"});
@@ -136,7 +146,7 @@ Value filter_tojson(const Value& v, const CallArgs& a, int line) {
   o.ensure_ascii = args.get_or(0, false).truthy();
   if (args.has(1) && !args.get(1).is_none()) {
     const Value& indent = args.get(1);
-    o.indent = indent.is_string() ? indent.as_string() : std::string(size_t(std::max<int64_t>(0, args.integer(1))), ' ');
+    o.indent = padding(indent, indent.is_string() ? 0 : args.integer(1), line);
   }
   if (args.has(2) && !args.get(2).is_none()) {
     const Value& seps = args.get(2);
@@ -261,7 +271,7 @@ Value filter_map(const Value& v, const CallArgs& a, int line) {
 Value filter_indent(const Value& v, const CallArgs& a, int line) {
   BoundArgs args(a, what("indent"), line, {"width", "first", "blank"});
   const Value width = args.get_or(0, int64_t(4));
-  const std::string pad = width.is_string() ? width.as_string() : std::string(size_t(std::max<int64_t>(0, args.integer(0))), ' ');
+  const std::string pad = padding(width, width.is_string() ? 0 : args.integer(0), line);
   const bool first = args.get_or(1, false).truthy(), blank = args.get_or(2, false).truthy();
   if (v.is_undefined()) fail_undefined(v.as_undefined(), line);
   std::string s = text_of(v);
@@ -273,6 +283,7 @@ Value filter_indent(const Value& v, const CallArgs& a, int line) {
     if (i) out += '\n';
     const bool indent_line = (i > 0 || first) && (blank || !py::strip(lines[i], std::nullopt, true, true).empty());
     out += (indent_line ? pad : std::string()) + lines[i];
+    check_value_size(out.size(), line);
   }
   if (trailing_newline) out += '\n';
   return out;
@@ -327,7 +338,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       {"abs", [](const Value& v, const CallArgs& a, int line) -> Value {
          BoundArgs(a, what("abs"), line, {});
          if (v.is_float()) return std::fabs(v.as_float());
-         if (v.is_int() || v.is_bool()) return int64_t(std::llabs(v.to_int()));
+         if (v.is_int() || v.is_bool()) return v.to_int() < 0 ? int_negate(v.to_int(), line) : v.to_int();
          fail_type(line, fmt::format("bad operand type for abs(): '{}'", v.type_name()));
        }},
       {"attr", [](const Value& v, const CallArgs& a, int line) {

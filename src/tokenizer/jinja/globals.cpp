@@ -55,10 +55,11 @@ Value range(const CallArgs& a) {
   const int64_t step = n.size() == 3 ? n[2] : 1;
   KILN_CHECK(step != 0, invalid_argument, "range() step must not be zero");
   std::vector<Value> items;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     KILN_CHECK(int64_t(items.size()) < kMaxRange, invalid_argument,
                "range() too big: the sandbox allows at most {} items", kMaxRange);
     items.emplace_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // past 64 bits is past stop
   }
   return Value::list(std::move(items));
 }

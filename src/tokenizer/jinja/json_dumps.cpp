@@ -77,6 +77,7 @@ class JsonWriter {
       KILN_FAIL(invalid_argument, "chat template line {}: tojson: Object of type {} is not JSON serializable", line_,
                 v.type_name());
     }
+    check_size();
   }
 
   std::string out;
@@ -85,7 +86,16 @@ class JsonWriter {
   void newline(int level) {
     if (!o_.indent) return;
     out += '\n';
-    for (int i = 0; i < level; ++i) out += *o_.indent;
+    for (int i = 0; i < level; ++i) {
+      out += *o_.indent;
+      check_size();
+    }
+  }
+
+  // A list can hold one big string many times by reference, and the indent repeats per level.
+  void check_size() const {
+    KILN_CHECK(out.size() <= kMaxValueBytes, invalid_argument, "chat template line {}: tojson output grew past {} MiB",
+               line_, kMaxValueBytes >> 20);
   }
 
   void write_list(const List& l, int level) {

@@ -80,7 +80,10 @@ Value string_method(const std::string& s, const std::string& m, const CallArgs& 
     BoundArgs args(a, name, line, {"old", "new", "count"});
     args.require(0, "old");
     args.require(1, "new");
-    return py::replace(s, args.string(0), args.string(1), args.has(2) ? args.integer(2) : -1);
+    std::optional<std::string> out =
+        py::replace(s, args.string(0), args.string(1), args.has(2) ? args.integer(2) : -1, kMaxValueBytes);
+    if (!out) check_value_size(kMaxValueBytes + 1, line);
+    return std::move(*out);
   }
   if (m == "find" || m == "rfind" || m == "count") {
     BoundArgs args(a, name, line, {"sub"});
@@ -106,6 +109,7 @@ Value string_method(const std::string& s, const std::string& m, const CallArgs& 
       if (!first) out += s;
       first = false;
       out += item.as_string();
+      check_value_size(out.size(), line);
     }
     return out;
   }

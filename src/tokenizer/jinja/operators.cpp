@@ -17,7 +17,7 @@ void fail_type(int line, const std::string& message) {
   KILN_FAIL(invalid_argument, "chat template line {}: {}", line, message);
 }
 
-static void check_size(size_t bytes, int line) {
+void check_value_size(size_t bytes, int line) {
   KILN_CHECK(bytes <= kMaxValueBytes, invalid_argument, "chat template line {}: a value grew past {} MiB", line,
              kMaxValueBytes >> 20);
 }
@@ -26,26 +26,60 @@ static void check_size(size_t bytes, int line) {
   fail_type(line, fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
 }
 
+// What a copy of l's items allocates: the items, and the text of the strings among them (strings
+// are held by value, lists and dicts by reference).
+static size_t copied_bytes(const List& l) {
+  size_t bytes = l.items.size() * sizeof(Value);
+  for (const Value& v : l.items)
+    if (v.is_string()) bytes += v.as_string().size();
+  return bytes;
+}
+
 static Value repeat(const Value& seq, int64_t times, int line) {
-  times = std::max<int64_t>(times, 0);
+  // The size is checked before it is multiplied (a product past 2^64 would wrap to a small one) and
+  // an empty sequence is done at once (the loop would otherwise run `times` empty appends).
+  const size_t unit = seq.is_string() ? seq.as_string().size() : copied_bytes(seq.as_list());
+  if (times <= 0 || unit == 0) return seq.is_string() ? Value(std::string()) : Value::list({}, seq.as_list().is_tuple);
+  check_value_size(uint64_t(times) > kMaxValueBytes / unit ? kMaxValueBytes + 1 : unit * size_t(times), line);
   if (seq.is_string()) {
-    check_size(seq.as_string().size() * size_t(times), line);
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.as_string();
     return out;
   }
   const List& l = seq.as_list();
-  check_size(l.items.size() * size_t(times) * sizeof(Value), line);
   std::vector<Value> items;
   for (int64_t i = 0; i < times; ++i) items.insert(items.end(), l.items.begin(), l.items.end());
   return Value::list(std::move(items), l.is_tuple);
 }
 
-static Value integer_result(long double exact, int64_t value, int line) {
+[[noreturn]] void fail_int_overflow(int line) {
   // Python integers never overflow; kiln's are 64-bit, so say so rather than wrap around.
-  KILN_CHECK(exact >= -9.3e18L && exact <= 9.3e18L, unsupported,
-             "chat template line {}: integer arithmetic beyond 64 bits is not supported", line);
-  return value;
+  KILN_FAIL(unsupported, "chat template line {}: integer arithmetic beyond 64 bits is not supported", line);
+}
+
+int64_t int_from_double(double d, int line) {
+  // Python's int(x) truncates; a value outside int64_t has no 64-bit result (and casting it is
+  // undefined behaviour in C++).
+  const double t = std::trunc(d);
+  if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0)) fail_int_overflow(line);
+  return int64_t(t);
+}
+
+int64_t int_negate(int64_t x, int line) {
+  if (x == std::numeric_limits<int64_t>::min()) fail_int_overflow(line);
+  return -x;
+}
+
+// x ** y for y >= 0 by squaring, failing on the first product past 64 bits (a squaring is only
+// done when a later bit of y needs it, so its overflow means the result's).
+static int64_t int_power(int64_t x, int64_t y, int line) {
+  int64_t result = 1, base = x;
+  while (y > 0) {
+    if ((y & 1) && __builtin_mul_overflow(result, base, &result)) fail_int_overflow(line);
+    y >>= 1;
+    if (y > 0 && __builtin_mul_overflow(base, base, &base)) fail_int_overflow(line);
+  }
+  return result;
 }
 
 static Value arithmetic(const std::string& op, const Value& a, const Value& b, int line) {
@@ -67,25 +101,34 @@ static Value arithmetic(const std::string& op, const Value& a, const Value& b, i
     return r;
   }
   const int64_t x = a.to_int(), y = b.to_int();
-  const long double lx = x, ly = y;
-  if (op == "+") return integer_result(lx + ly, x + y, line);
-  if (op == "-") return integer_result(lx - ly, x - y, line);
-  if (op == "*") return integer_result(lx * ly, int64_t(lx * ly), line);
-  if (op == "**") {
-    if (y < 0) return std::pow(double(x), double(y));
-    const long double exact = std::pow(lx, ly);
-    integer_result(exact, 0, line);
-    int64_t r = 1;
-    for (int64_t i = 0; i < y && r != 0; ++i) r *= x;
+  int64_t r;
+  if (op == "+") {
+    if (__builtin_add_overflow(x, y, &r)) fail_int_overflow(line);
     return r;
   }
+  if (op == "-") {
+    if (__builtin_sub_overflow(x, y, &r)) fail_int_overflow(line);
+    return r;
+  }
+  if (op == "*") {
+    if (__builtin_mul_overflow(x, y, &r)) fail_int_overflow(line);
+    return r;
+  }
+  if (op == "**") {
+    if (y < 0) return std::pow(double(x), double(y));
+    return int_power(x, y, line);
+  }
   KILN_CHECK(y != 0, invalid_argument, "chat template line {}: integer division or modulo by zero", line);
+  if (x == std::numeric_limits<int64_t>::min() && y == -1) {  // the one quotient past 64 bits
+    if (op == "//") fail_int_overflow(line);
+    return int64_t(0);
+  }
   if (op == "//") {
     int64_t q = x / y;
     if (x % y != 0 && ((x < 0) != (y < 0))) --q;
     return q;
   }
-  int64_t r = x % y;
+  r = x % y;
   if (r != 0 && ((r < 0) != (y < 0))) r += y;
   return r;
 }
@@ -93,7 +136,7 @@ static Value arithmetic(const std::string& op, const Value& a, const Value& b, i
 Value binary_op(const std::string& op, const Value& a, const Value& b, int line) {
   if (op == "~") {
     std::string s = to_str(a) + to_str(b);
-    check_size(s.size(), line);
+    check_value_size(s.size(), line);
     return s;
   }
   if (a.is_undefined()) fail_undefined(a.as_undefined(), line);
@@ -101,10 +144,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, int line)
   if (a.is_number() && b.is_number()) return arithmetic(op, a, b, line);
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      check_size(a.as_string().size() + b.as_string().size(), line);
+      check_value_size(a.as_string().size() + b.as_string().size(), line);
       return a.as_string() + b.as_string();
     }
     if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
+      check_value_size(copied_bytes(a.as_list()) + copied_bytes(b.as_list()), line);
       std::vector<Value> items = a.as_list().items;
       items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
       return Value::list(std::move(items), a.as_list().is_tuple);

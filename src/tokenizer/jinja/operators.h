@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,9 +13,14 @@
 
 namespace kiln::jinja {
 
-// Bound on any string or list a template builds, so that "x" * 10**12 fails instead of exhausting
-// memory (Python would raise MemoryError).
-constexpr size_t kMaxValueBytes = size_t(64) << 20;
+// Throws kiln::Error(invalid_argument) for a value of `bytes` past kMaxValueBytes.
+void check_value_size(size_t bytes, int line);
+
+// 64-bit integers where Python's are unbounded: a result past them throws kiln::Error(unsupported)
+// instead of wrapping around (or, in C++, being undefined).
+[[noreturn]] void fail_int_overflow(int line);
+int64_t int_from_double(double d, int line);  // int(x): truncated
+int64_t int_negate(int64_t x, int line);
 
 // Using an Undefined for anything but printing, testing and iterating is an error, as with
 // Jinja's default Undefined. Throws kiln::Error(invalid_argument).

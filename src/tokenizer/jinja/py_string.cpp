@@ -160,7 +160,8 @@ std::vector<std::string> splitlines(std::string_view s) {
   return lines;
 }
 
-std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count) {
+std::optional<std::string> replace(std::string_view s, std::string_view old, std::string_view with, int64_t count,
+                                   size_t max_bytes) {
   std::string out;
   if (old.empty()) {
     const std::vector<uint32_t> cps = decode(s);
@@ -171,6 +172,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
         ++done;
       }
       if (i < cps.size()) out += encode({cps[i]});
+      if (out.size() > max_bytes) return std::nullopt;
     }
     return out;
   }
@@ -181,10 +183,12 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
     if (hit == std::string_view::npos) break;
     out.append(s.substr(pos, hit - pos));
     out.append(with);
+    if (out.size() > max_bytes) return std::nullopt;
     pos = hit + old.size();
     ++done;
   }
   out.append(s.substr(pos));
+  if (out.size() > max_bytes) return std::nullopt;
   return out;
 }
 
@@ -242,10 +246,16 @@ std::vector<int64_t> slice_indices(int64_t n, std::optional<int64_t> start, std:
   };
   if (st > 0) {
     const int64_t b = adjust(start, 0, 0, n), e = adjust(stop, n, 0, n);
-    for (int64_t i = b; i < e; i += st) out.push_back(i);
+    for (int64_t i = b; i < e; i += st) {  // (i + st is only formed below e: no overflow)
+      out.push_back(i);
+      if (st >= e - i) break;
+    }
   } else {
     const int64_t b = adjust(start, n - 1, -1, n - 1), e = adjust(stop, -1, -1, n - 1);
-    for (int64_t i = b; i > e; i += st) out.push_back(i);
+    for (int64_t i = b; i > e; i += st) {  // (i + st is only formed above e: no overflow)
+      out.push_back(i);
+      if (st <= e - i) break;
+    }
   }
   return out;
 }

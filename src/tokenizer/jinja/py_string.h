@@ -26,7 +26,10 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
 std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
 std::vector<std::string> splitlines(std::string_view s);
 // str.replace(old, new, count=-1); an empty `old` inserts `new` between code points, as Python does.
-std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count);
+// Nothing when the result would pass max_bytes (its size grows with the matches, so a caller
+// cannot bound it from the arguments alone).
+std::optional<std::string> replace(std::string_view s, std::string_view old, std::string_view with, int64_t count,
+                                   size_t max_bytes);
 
 // Case mapping covers ASCII only; other letters are left as they are.
 std::string upper(std::string_view s);

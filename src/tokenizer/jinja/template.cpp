@@ -292,7 +292,7 @@ class Renderer {
         if (v.is_undefined()) fail_undefined(v.as_undefined(), e.line);
         if (!v.is_number()) fail_type(e.line, fmt::format("bad operand type for unary {}: '{}'", e.name, v.type_name()));
         if (e.name == "+") return v.is_float() ? v : Value(v.to_int());
-        return v.is_float() ? Value(-v.as_float()) : Value(-v.to_int());
+        return v.is_float() ? Value(-v.as_float()) : Value(int_negate(v.to_int(), e.line));
       }
       case Expr::Kind::binary: {
         if (e.name == "and" || e.name == "or") {  // Python returns the deciding operand, not a bool

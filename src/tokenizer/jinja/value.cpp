@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "tokenizer/jinja/py_string.h"
 
 namespace kiln::jinja {
@@ -149,45 +150,64 @@ std::string float_repr(double d) {
   return sign + out;
 }
 
-static std::string sequence_str(const List& l) {
+// Printing recurses into lists and dicts, and a namespace can hold itself ({% set ns.me = ns %}):
+// the depth is bounded as tojson's is, and so is the text (a list can hold one big string many
+// times by reference).
+constexpr int kMaxPrintDepth = 200;
+static std::string str_at(const Value& v, int depth);
+static std::string repr_at(const Value& v, int depth) {
+  if (v.is_string()) return py::repr(v.as_string());
+  if (v.is_undefined()) return "Undefined";
+  return str_at(v, depth);
+}
+
+static void check_printed(const std::string& out, int depth) {
+  KILN_CHECK(depth < kMaxPrintDepth, invalid_argument, "chat template: a value nested too deeply to print");
+  KILN_CHECK(out.size() <= kMaxValueBytes, invalid_argument, "chat template: a printed value grew past {} MiB",
+             kMaxValueBytes >> 20);
+}
+
+static std::string sequence_str(const List& l, int depth) {
   std::string out = l.is_tuple ? "(" : "[";
   for (size_t i = 0; i < l.items.size(); ++i) {
     if (i) out += ", ";
-    out += to_repr(l.items[i]);
+    out += repr_at(l.items[i], depth + 1);
+    check_printed(out, depth);
   }
   if (l.is_tuple && l.items.size() == 1) out += ",";
   return out + (l.is_tuple ? ")" : "]");
 }
 
-static std::string dict_str(const Dict& d) {
+static std::string dict_str(const Dict& d, int depth) {
   std::string out = d.is_namespace ? "<Namespace {" : "{";
   for (size_t i = 0; i < d.entries.size(); ++i) {
     if (i) out += ", ";
-    out += to_repr(d.entries[i].first) + ": " + to_repr(d.entries[i].second);
+    out += repr_at(d.entries[i].first, depth + 1) + ": " + repr_at(d.entries[i].second, depth + 1);
+    check_printed(out, depth);
   }
   return out + (d.is_namespace ? "}>" : "}");
 }
 
-std::string to_str(const Value& v) {
+static std::string str_at(const Value& v, int depth) {
   struct Visitor {
+    int depth;
     std::string operator()(const Undefined&) const { return ""; }
     std::string operator()(const None&) const { return "None"; }
     std::string operator()(bool b) const { return b ? "True" : "False"; }
     std::string operator()(int64_t i) const { return std::to_string(i); }
     std::string operator()(double d) const { return float_repr(d); }
     std::string operator()(const std::string& s) const { return s; }
-    std::string operator()(const ListPtr& l) const { return sequence_str(*l); }
-    std::string operator()(const DictPtr& d) const { return dict_str(*d); }
+    std::string operator()(const ListPtr& l) const { return sequence_str(*l, depth); }
+    std::string operator()(const DictPtr& d) const { return dict_str(*d, depth); }
     std::string operator()(const CallablePtr& c) const { return "<function " + c->name + ">"; }
   };
-  return std::visit(Visitor{}, v.storage());
+  check_printed(std::string(), depth);
+  return std::visit(Visitor{depth}, v.storage());
 }
 
-std::string to_repr(const Value& v) {
-  if (v.is_string()) return py::repr(v.as_string());
-  if (v.is_undefined()) return "Undefined";
-  return to_str(v);
-}
+std::string to_str(const Value& v) { return str_at(v, 0); }
+
+std::string to_repr(const Value& v) { return repr_at(v, 0); }
 
 Value from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {

@@ -17,6 +17,10 @@
 
 namespace kiln::jinja {
 
+// Bound on any string or list a template builds, so that "x" * 10**12 fails instead of exhausting
+// memory (Python would raise MemoryError).
+constexpr size_t kMaxValueBytes = size_t(64) << 20;
+
 class Value;
 
 // Jinja's default Undefined: a missing variable, key or attribute. Printing it gives "", it is
