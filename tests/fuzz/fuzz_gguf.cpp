@@ -1,6 +1,7 @@
 // libFuzzer target for the GGUF reader: any input must parse or throw kiln::Error, and a parsed
 // file must be safe to use: every tensor's data range readable, config and weights loadable or
-// rejected with kiln::Error. Built with ASan+UBSan (scripts/fuzz.sh) so an out-of-range read, UB
+// rejected with kiln::Error, and its tokenizer (tokenizer.ggml.*) built or rejected the same way,
+// a built one then encoding and decoding a fixed text. Built with ASan+UBSan (scripts/fuzz.sh) so an out-of-range read, UB
 // or an allocation over -malloc_limit_mb is a crash.
 //
 // `fuzz_gguf --write-seeds DIR` writes a few valid files (the seed corpus) and exits.
@@ -10,13 +11,18 @@
 #include <cstring>
 #include <fstream>
 #include <span>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "gguf_builder.h"
 #include "kiln/error.h"
 #include "model/gguf/gguf_file.h"
 #include "model/gguf/gguf_model.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -57,6 +63,59 @@ void write_file(const std::string& path, const Bytes& bytes) {
   }
 }
 
+// Tokenizer-only files: byte-level BPE (256 byte tokens, <|im_end|>, merges "a b" and "ab c") and
+// SentencePiece BPE (<unk> <s> </s>, 256 byte tokens, a few pieces with scores).
+GgufBuilder bpe_tokenizer() {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (int b = 0; b < 256; ++b) {
+    tokens.emplace_back(kiln::byte_level::spell_byte(uint8_t(b)));
+    types.push_back(1);
+  }
+  for (const char* t : {"<|im_end|>", "ab", "abc"}) tokens.emplace_back(t);
+  types.insert(types.end(), {3, 1, 1});
+  GgufBuilder b;
+  b.kv_string("tokenizer.ggml.model", "gpt2").kv_string("tokenizer.ggml.pre", "smollm");
+  b.kv_string_array("tokenizer.ggml.tokens", tokens).kv_array("tokenizer.ggml.token_type", vt::I32, types);
+  b.kv_string_array("tokenizer.ggml.merges", {"a b", "ab c"}).kv_u32("tokenizer.ggml.eos_token_id", 256);
+  return b;
+}
+
+GgufBuilder spm_tokenizer() {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    tokens.emplace_back(name);
+    types.push_back(6);
+  }
+  for (const char* t : {"\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab", "\xe2\x96\x81" "ab"}) {
+    tokens.emplace_back(t);
+    types.push_back(1);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (size_t i = 259; i < scores.size(); ++i) scores[i] = -float(i - 258);
+  GgufBuilder b;
+  b.kv_string("tokenizer.ggml.model", "llama").kv_string_array("tokenizer.ggml.tokens", tokens);
+  b.kv_array("tokenizer.ggml.token_type", vt::I32, types).kv_array("tokenizer.ggml.scores", vt::F32, scores);
+  b.kv_u32("tokenizer.ggml.unknown_token_id", 0).kv_u32("tokenizer.ggml.bos_token_id", 1);
+  b.kv_u32("tokenizer.ggml.eos_token_id", 2);
+  return b;
+}
+
+// Encodes and decodes a fixed text with the file's tokenizer, when it has one that builds.
+void use_tokenizer(const kiln::gguf::GgufFile& f) {
+  static const std::string text = "ab abc a\xc3\xa9 <|im_end|><s> 12\n\xf0\x9f\x99\x82\xff";
+  const std::unique_ptr<kiln::Tokenizer> t = kiln::Tokenizer::from_gguf(f);
+  for (const bool parse_special : {false, true}) {
+    const std::vector<int32_t> ids = t->encode(text, true, parse_special);
+    for (int32_t id : ids)
+      if (id < 0 || id >= t->vocab_size()) __builtin_trap();  // encode must give ids of the vocabulary
+    (void)t->decode(ids);
+  }
+}
+
 void write_seeds(const std::string& dir) {
   // Small dimensions keep each model seed a few KB, so libFuzzer mutates them quickly.
   TinyModel llama{.vocab = 4, .hidden = 8, .intermediate = 16, .layers = 1, .heads = 2, .kv_heads = 1, .context = 16};
@@ -70,6 +129,11 @@ void write_seeds(const std::string& dir) {
   write_file(dir + "/llama.gguf", tiny_model(llama).build());
   write_file(dir + "/qwen2.gguf", tiny_model(qwen).build());
   write_file(dir + "/header_only.gguf", GgufBuilder().build());
+  for (auto [name, builder] : {std::pair{"tokenizer_bpe.gguf", bpe_tokenizer()}, {"tokenizer_spm.gguf", spm_tokenizer()}}) {
+    const Bytes bytes = builder.build();
+    use_tokenizer(kiln::gguf::GgufFile::parse(std::span<const uint8_t>(bytes)));  // a seed must build
+    write_file(dir + "/" + name, bytes);
+  }
 }
 
 }  // namespace
@@ -89,6 +153,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kiln::gguf::GgufFile f = kiln::gguf::GgufFile::parse(std::span<const uint8_t>(data, size));
     volatile uint8_t sink = touch_tensor_data(f);
     (void)sink;
+    try {
+      use_tokenizer(f);
+    } catch (const kiln::Error&) {
+    }
     kiln::ModelConfig config = kiln::gguf::config_from_gguf(f);
     kiln::gguf::weights_from_gguf(f, config, pool);
   } catch (const kiln::Error&) {
