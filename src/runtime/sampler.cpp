@@ -73,8 +73,11 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   std::partial_sort(candidates_.begin(), candidates_.begin() + ptrdiff_t(keep), candidates_.end(), by_logit);
   candidates_.resize(keep);
 
-  // Softmax over the survivors (max subtracted), in double for the running sums.
+  // Softmax over the survivors (max subtracted), in double for the running sums. A max that is not
+  // finite (an infinite logit, or a temperature so small that the scaling overflows) would make
+  // inf - inf: that limit of the distribution is the argmax, which the device sampler also takes.
   float max_logit = candidates_[0].first;
+  if (!std::isfinite(max_logit)) return candidates_[0].second;
   std::vector<double> probs(keep);
   double total = 0;
   for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(double(candidates_[i].first - max_logit));

@@ -139,6 +139,30 @@ TEST(Sampler, RejectsOutOfRangeParameters) {
 namespace kiln {
 namespace {
 
+TEST(Sampler, InfiniteScaledLogitsTakeTheArgmax) {
+  // A temperature that validate() allows but whose 1/T overflows the scaled logits, an infinite
+  // logit, or only -inf ones: the scaled max is not finite and max - max would be NaN (every draw
+  // then fell through to the last survivor); the limit of the distribution is the argmax, as on
+  // the device (sampling.cu).
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 0.9f;
+  p.min_p = 0;  // (min_p's cut at NaN kept one survivor, the argmax, by accident)
+  for (const float t : {1e-38f, 1.0f}) {
+    p.temperature = t;
+    for (uint64_t seed = 0; seed < 16; ++seed) {
+      p.seed = seed;
+      Sampler s(p);
+      std::vector<float> tiny_t = {1.0f, 3.0f, -2.0f, 2.5f};
+      std::vector<float> inf = {1.0f, INFINITY, 2.0f, INFINITY};
+      std::vector<float> all_neg_inf = {-INFINITY, -INFINITY, -INFINITY};
+      if (t < 1e-30f) EXPECT_EQ(s.sample(tiny_t, {}), 1);
+      EXPECT_EQ(s.sample(inf, {}), 1);
+      EXPECT_EQ(s.sample(all_neg_inf, {}), 0);
+    }
+  }
+}
+
 TEST(Sampler, GreedyNeverPicksNaN) {
   std::vector<float> logits = {NAN, 1.0f, NAN, 3.0f, NAN};
   EXPECT_EQ(Sampler::argmax(logits), 3);
