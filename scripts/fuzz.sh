@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader for SECONDS, then the safetensors reader, the chat-template interpreter, the
-# tokenizer.json reader, the config.json reader and the OpenAI request path for half that each:
-# scripts/fuzz.sh [SECONDS] (default 60).
+# tokenizer.json reader, the config.json reader, the CPU sampler and the OpenAI request path for half
+# that each: scripts/fuzz.sh [SECONDS] (default 60).
 #
 # Builds tests/fuzz/fuzz_gguf with clang in its own folder (build-fuzz), with all of kiln_core
 # compiled under ASan+UBSan and libFuzzer's coverage instrumentation so the parser itself is
@@ -26,7 +26,7 @@ start=$(date +%s)
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKILN_CUDA=OFF -DKILN_FUZZ=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target fuzz_gguf fuzz_safetensors fuzz_chat_template fuzz_tokenizer_json fuzz_hf_config fuzz_request
+cmake --build "$build" -j"$jobs" --target fuzz_gguf fuzz_safetensors fuzz_chat_template fuzz_tokenizer_json fuzz_hf_config fuzz_sampler fuzz_request
 echo "fuzz.sh: built in $(( $(date +%s) - start )) s"
 
 bin="$build/tests/fuzz/fuzz_gguf"
@@ -90,6 +90,15 @@ done
   -rss_limit_mb=2048 -malloc_limit_mb=256 \
   -artifact_prefix="$artifacts" -print_final_stats=1
 
+# The CPU sampler on any parameters, logits (NaN and infinities too) and history: from nothing
+# (its input is binary).
+sampler_corpus="$build/corpus_sampler"
+mkdir -p "$sampler_corpus"
+"$build/tests/fuzz/fuzz_sampler" "$sampler_corpus" \
+  -max_total_time="$half" -max_len=2048 -timeout=10 \
+  -rss_limit_mb=2048 -malloc_limit_mb=256 \
+  -artifact_prefix="$artifacts" -print_final_stats=1
+
 # Request bodies of /v1/completions and /v1/chat/completions (parsing, validation, chat rendering,
 # tokenization) against the default model's tokenizer.json and template.
 req_bin="$build/tests/fuzz/fuzz_request"
@@ -103,6 +112,6 @@ mkdir -p "$req_seeds" "$req_corpus"
   -max_total_time="$half" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -malloc_limit_mb=256 \
   -artifact_prefix="$artifacts" -print_final_stats=1
-echo "fuzz.sh: no crash in ${seconds} s (GGUF) + 5 x ${half} s (safetensors, chat templates, tokenizer.json," \
-  "config.json, requests) of fuzzing" \
+echo "fuzz.sh: no crash in ${seconds} s (GGUF) + 6 x ${half} s (safetensors, chat templates, tokenizer.json," \
+  "config.json, sampler, requests) of fuzzing" \
   "($(( $(date +%s) - start )) s in all)"
