@@ -3,12 +3,12 @@
 # tokenizer.json reader, the config.json reader, the CPU sampler and the OpenAI request path for half
 # that each: scripts/fuzz.sh [SECONDS] (default 60).
 #
-# Builds tests/fuzz/fuzz_gguf with clang in its own folder (build-fuzz), with all of kiln_core
-# compiled under ASan+UBSan and libFuzzer's coverage instrumentation so the parser itself is
-# explored, writes a seed corpus of valid GGUF files, then runs libFuzzer. Exits nonzero when the
-# fuzzer finds a crash, undefined behaviour, a leak, a slow input or a single allocation over
-# 256 MB (the reader must never allocate much more than the file); the input that did it is left
-# in build-fuzz/artifacts/ (reproduce: build-fuzz/tests/fuzz/fuzz_gguf FILE).
+# Builds the targets of tests/fuzz with clang in their own folder (build-fuzz), with all of
+# kiln_core compiled under ASan+UBSan and libFuzzer's coverage instrumentation so the code under
+# test is explored, then runs libFuzzer on each from its seeds. Exits nonzero when a fuzzer finds a
+# crash, undefined behaviour, an exception other than kiln::Error, a leak, a slow input or a single
+# allocation over 256 MB (a reader must never allocate much more than its input); the input that
+# did it is left in build-fuzz/artifacts/ (reproduce: build-fuzz/tests/fuzz/TARGET FILE).
 # Needs no network. Environment: CXX_FUZZ (clang++), KILN_FUZZ_BUILD (folder), KILN_FUZZ_JOBS (2).
 set -euo pipefail
 
@@ -26,92 +26,71 @@ start=$(date +%s)
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKILN_CUDA=OFF -DKILN_FUZZ=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target fuzz_gguf fuzz_safetensors fuzz_chat_template fuzz_tokenizer_json fuzz_hf_config fuzz_sampler fuzz_request
+targets=(fuzz_gguf fuzz_safetensors fuzz_chat_template fuzz_tokenizer_json fuzz_hf_config fuzz_sampler fuzz_request)
+cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 echo "fuzz.sh: built in $(( $(date +%s) - start )) s"
 
-bin="$build/tests/fuzz/fuzz_gguf"
-seeds="$build/seeds"
-corpus="$build/corpus"        # what libFuzzer finds; kept between local runs
 artifacts="$build/artifacts/"
-rm -rf "$seeds"
-mkdir -p "$seeds" "$corpus" "$artifacts"
-"$bin" --write-seeds "$seeds"
-extra=()
-# Inputs that once crashed the reader, kept as regression seeds.
-[[ -d "$root/tests/data/gguf_corpus" ]] && extra+=("$root/tests/data/gguf_corpus")
+mkdir -p "$artifacts"
+half=$(( (seconds + 1) / 2 ))
 
-"$bin" "$corpus" "$seeds" "${extra[@]}" \
-  -dict="$root/tests/fuzz/gguf.dict" \
-  -max_total_time="$seconds" -max_len=8192 -timeout=10 \
-  -rss_limit_mb=2048 -malloc_limit_mb=256 \
-  -artifact_prefix="$artifacts" -print_final_stats=1
+# fuzz TARGET SECONDS MAX_LEN TIMEOUT [SEED_DIR... ] [-- LIBFUZZER_FLAGS...]: runs tests/fuzz/TARGET
+# on its corpus (build-fuzz/corpus_TARGET: what libFuzzer finds, kept between local runs) and the
+# seed folders; exits the script on a crash, with the input in build-fuzz/artifacts/.
+fuzz() {
+  local target=$1 time=$2 max_len=$3 timeout=$4
+  shift 4
+  local dirs=() flags=()
+  while (($#)) && [[ $1 != -- ]]; do dirs+=("$1"); shift; done
+  (($#)) && shift && flags=("$@")
+  mkdir -p "$build/corpus_$target"
+  "$build/tests/fuzz/$target" "$build/corpus_$target" "${dirs[@]}" "${flags[@]}" \
+    -max_total_time="$time" -max_len="$max_len" -timeout="$timeout" \
+    -rss_limit_mb=2048 -malloc_limit_mb=256 \
+    -artifact_prefix="$artifacts" -print_final_stats=1
+}
 
-# The safetensors header parser, for half the time (its format is a JSON header over raw bytes).
-st_bin="$build/tests/fuzz/fuzz_safetensors"
-st_seeds="$build/seeds_safetensors"
-st_corpus="$build/corpus_safetensors"
-rm -rf "$st_seeds"
-mkdir -p "$st_seeds" "$st_corpus"
-"$st_bin" --write-seeds "$st_seeds"
-"$st_bin" "$st_corpus" "$st_seeds" \
-  -max_total_time="$(( (seconds + 1) / 2 ))" -max_len=4096 -timeout=10 \
-  -rss_limit_mb=2048 -malloc_limit_mb=256 \
-  -artifact_prefix="$artifacts" -print_final_stats=1
+# seeds TARGET: a fresh folder of the seeds TARGET writes itself (TARGET --write-seeds DIR).
+seeds() {
+  rm -rf "$build/seeds_$1"
+  mkdir -p "$build/seeds_$1"
+  "$build/tests/fuzz/$1" --write-seeds "$build/seeds_$1" >&2
+  echo "$build/seeds_$1"
+}
+
+# The GGUF reader: valid files, and inputs that once crashed it (regression seeds).
+gguf_extra=()
+[[ -d "$root/tests/data/gguf_corpus" ]] && gguf_extra+=("$root/tests/data/gguf_corpus")
+fuzz fuzz_gguf "$seconds" 8192 10 "$(seeds fuzz_gguf)" "${gguf_extra[@]}" -- -dict="$root/tests/fuzz/gguf.dict"
+
+# The safetensors header parser (a JSON header over raw bytes).
+fuzz fuzz_safetensors "$half" 4096 10 "$(seeds fuzz_safetensors)"
+
 # The Jinja interpreter on templates (a model file's chat template is untrusted input), from the
 # real templates of tests/data/chat_templates. A 60 s timeout: an input that builds a value up to
 # the sandbox's 64 MiB limit takes ~15 s under the sanitizers (0.9 s in a release build).
-half=$(( (seconds + 1) / 2 ))
-jinja_corpus="$build/corpus_chat_template"
-mkdir -p "$jinja_corpus"
-"$build/tests/fuzz/fuzz_chat_template" "$jinja_corpus" "$root/tests/data/chat_templates" \
-  -dict="$root/tests/fuzz/jinja.dict" \
-  -max_total_time="$half" -max_len=8192 -timeout=60 \
-  -rss_limit_mb=2048 -malloc_limit_mb=256 \
-  -artifact_prefix="$artifacts" -print_final_stats=1
+fuzz fuzz_chat_template "$half" 8192 60 "$root/tests/data/chat_templates" -- -dict="$root/tests/fuzz/jinja.dict"
 
 # tokenizer.json documents (a Hugging Face directory is untrusted input), from small valid ones.
-tok_corpus="$build/corpus_tokenizer_json"
-mkdir -p "$tok_corpus"
-"$build/tests/fuzz/fuzz_tokenizer_json" "$tok_corpus" "$root/tests/data/tokenizer_json_corpus" \
-  -max_total_time="$half" -max_len=16384 -timeout=10 \
-  -rss_limit_mb=2048 -malloc_limit_mb=256 \
-  -artifact_prefix="$artifacts" -print_final_stats=1
+fuzz fuzz_tokenizer_json "$half" 16384 10 "$root/tests/data/tokenizer_json_corpus"
 
 # A Hugging Face directory's config.json, from the test directories' files.
-hf_seeds="$build/seeds_hf_config"
-hf_corpus="$build/corpus_hf_config"
+hf_seeds="$build/seeds_fuzz_hf_config"
 rm -rf "$hf_seeds"
-mkdir -p "$hf_seeds" "$hf_corpus"
+mkdir -p "$hf_seeds"
 for d in "$root"/tests/data/hf/*/; do
   [[ -f "$d/config.json" ]] && cp "$d/config.json" "$hf_seeds/$(basename "$d").json"
 done
-"$build/tests/fuzz/fuzz_hf_config" "$hf_corpus" "$hf_seeds" \
-  -max_total_time="$half" -max_len=4096 -timeout=10 \
-  -rss_limit_mb=2048 -malloc_limit_mb=256 \
-  -artifact_prefix="$artifacts" -print_final_stats=1
+fuzz fuzz_hf_config "$half" 4096 10 "$hf_seeds"
 
 # The CPU sampler on any parameters, logits (NaN and infinities too) and history: from nothing
 # (its input is binary).
-sampler_corpus="$build/corpus_sampler"
-mkdir -p "$sampler_corpus"
-"$build/tests/fuzz/fuzz_sampler" "$sampler_corpus" \
-  -max_total_time="$half" -max_len=2048 -timeout=10 \
-  -rss_limit_mb=2048 -malloc_limit_mb=256 \
-  -artifact_prefix="$artifacts" -print_final_stats=1
+fuzz fuzz_sampler "$half" 2048 10
 
 # Request bodies of /v1/completions and /v1/chat/completions (parsing, validation, chat rendering,
 # tokenization) against the default model's tokenizer.json and template.
-req_bin="$build/tests/fuzz/fuzz_request"
-req_seeds="$build/seeds_request"
-req_corpus="$build/corpus_request"
-rm -rf "$req_seeds"
-mkdir -p "$req_seeds" "$req_corpus"
-"$req_bin" --write-seeds "$req_seeds"
-"$req_bin" "$req_corpus" "$req_seeds" \
-  -dict="$root/tests/fuzz/request.dict" \
-  -max_total_time="$half" -max_len=4096 -timeout=10 \
-  -rss_limit_mb=2048 -malloc_limit_mb=256 \
-  -artifact_prefix="$artifacts" -print_final_stats=1
+fuzz fuzz_request "$half" 4096 10 "$(seeds fuzz_request)" -- -dict="$root/tests/fuzz/request.dict"
+
 echo "fuzz.sh: no crash in ${seconds} s (GGUF) + 6 x ${half} s (safetensors, chat templates, tokenizer.json," \
   "config.json, sampler, requests) of fuzzing" \
   "($(( $(date +%s) - start )) s in all)"
