@@ -8,11 +8,7 @@
 set -uo pipefail
 BUNDLE="${1:-gpu-bundle}"
 ROUNDS="${2:-2}"
-if [ ! -d "$BUNDLE" ] && [ -f "$BUNDLE.tgz" ]; then tar xzf "$BUNDLE.tgz"; fi
-export LD_LIBRARY_PATH="$(cd "$BUNDLE" && pwd)/src:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-OUT="${OUT:-./gpu-out}"
-mkdir -p "$OUT"
-K="$BUNDLE/tools/kiln"
+source "$(dirname "$0")/gpu_env.sh" "$BUNDLE"
 configs=("bf16::" "int8:int8:" "int4:int4:" "bf16::4096" "int4:int4:4096")
 declare -A tps
 for r in $(seq 1 "$ROUNDS"); do

@@ -14,11 +14,7 @@
 # (attention_decode_q8.cu `slices_default`); the vec write by default when it is faster.
 set -uo pipefail
 BUNDLE="${1:-gpu-bundle}"
-if [ ! -d "$BUNDLE" ] && [ -f "$BUNDLE.tgz" ]; then tar xzf "$BUNDLE.tgz"; fi
-export LD_LIBRARY_PATH="$(cd "$BUNDLE" && pwd)/src:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-OUT="${OUT:-./gpu-out}"
-mkdir -p "$OUT"
-K="$BUNDLE/tools/kiln"
+source "$(dirname "$0")/gpu_env.sh" "$BUNDLE"
 
 echo "== GPU tests of the pending kernels"
 KILN_TEST_DATA_DIR="$PWD/tests/data" timeout 300 "$BUNDLE/tests/kiln_gpu_tests" \

@@ -4,13 +4,7 @@
 # Writes full logs under $OUT (default ./gpu-out) and prints a compact table last.
 set -uo pipefail
 BUILD="${1:-build}"
-# A bundle carried packed (scripts/gpu_bundle.sh writes gpu-bundle.tgz next to gpu-bundle/).
-if [ ! -d "$BUILD" ] && [ -f "$BUILD.tgz" ]; then tar xzf "$BUILD.tgz"; fi
-# cuBLAS (the baseline in the kernel lab) comes from the GPU machine's CUDA toolkit; libcupti (kiln
-# profile's kernel timer) from the bundle first (gpu_bundle.sh copies this machine's).
-export LD_LIBRARY_PATH="$(cd "$BUILD" 2>/dev/null && pwd)/src:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-OUT="${OUT:-./gpu-out}"
-mkdir -p "$OUT"
+source "$(dirname "$0")/gpu_env.sh" "$BUILD"
 status=0
 
 echo "== nvidia-smi"
@@ -51,7 +45,6 @@ else
 fi
 
 echo "== engine and profile (Llama-3-8B shape, random bf16 weights)"
-K="$BUILD/tools/kiln"
 "$K" profile --calibrate >"$OUT/profile_calibrate.log" 2>&1 || status=1
 for b in 1 64 256; do
   "$K" profile --random llama3-8b -b $b -c 512 --json "$OUT/profile_b$b.json" --svg "$OUT/roofline_b$b.svg" \
