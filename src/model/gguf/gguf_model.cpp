@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "model/gguf/dequantize.h"
 #include "model/gguf/gguf_quant.h"
+#include "model/layer_tensors.h"
 #include "quant/quantize.h"
 
 namespace kiln::gguf {
@@ -109,21 +110,8 @@ ModelWeights weights_from_gguf(const GgufFile& f, const ModelConfig& c, ThreadPo
   // allocate empty storage for every claimed layer.
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers.emplace_back();
-    auto name = [&](const char* suffix) { return fmt::format("blk.{}.{}", l, suffix); };
-    L.attn_norm = read_matrix(f, name("attn_norm.weight"), 1, c.hidden_size, pool);
-    L.wq = read_matrix(f, name("attn_q.weight"), c.q_dim(), c.hidden_size, pool);
-    L.wk = read_matrix(f, name("attn_k.weight"), c.kv_dim(), c.hidden_size, pool);
-    L.wv = read_matrix(f, name("attn_v.weight"), c.kv_dim(), c.hidden_size, pool);
-    L.wo = read_matrix(f, name("attn_output.weight"), c.hidden_size, c.q_dim(), pool);
-    if (c.qkv_bias) {
-      L.bq = read_matrix(f, name("attn_q.bias"), 1, c.q_dim(), pool);
-      L.bk = read_matrix(f, name("attn_k.bias"), 1, c.kv_dim(), pool);
-      L.bv = read_matrix(f, name("attn_v.bias"), 1, c.kv_dim(), pool);
-    }
-    L.ffn_norm = read_matrix(f, name("ffn_norm.weight"), 1, c.hidden_size, pool);
-    L.w_gate = read_matrix(f, name("ffn_gate.weight"), c.intermediate_size, c.hidden_size, pool);
-    L.w_up = read_matrix(f, name("ffn_up.weight"), c.intermediate_size, c.hidden_size, pool);
-    L.w_down = read_matrix(f, name("ffn_down.weight"), c.hidden_size, c.intermediate_size, pool);
+    for (const LayerTensor& t : kLayerTensors)
+      if (t.in(c)) L.*t.field = read_matrix(f, fmt::format("blk.{}.{}", l, t.gguf), t.n_rows(c), t.n_cols(c), pool);
   }
   return w;
 }

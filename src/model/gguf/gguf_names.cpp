@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "model/layer_tensors.h"
+
 namespace kiln::gguf {
 
 std::map<std::string, HostMatrix*> named_tensors(ModelWeights& w) {
@@ -13,20 +15,7 @@ std::map<std::string, HostMatrix*> named_tensors(ModelWeights& w) {
   add("output_norm.weight", w.final_norm);
   add("output.weight", w.lm_head);
   for (size_t l = 0; l < w.layers.size(); ++l) {
-    LayerWeights& L = w.layers[l];
-    auto n = [&](const char* suffix) { return fmt::format("blk.{}.{}", l, suffix); };
-    add(n("attn_norm.weight"), L.attn_norm);
-    add(n("attn_q.weight"), L.wq);
-    add(n("attn_k.weight"), L.wk);
-    add(n("attn_v.weight"), L.wv);
-    add(n("attn_output.weight"), L.wo);
-    add(n("attn_q.bias"), L.bq);
-    add(n("attn_k.bias"), L.bk);
-    add(n("attn_v.bias"), L.bv);
-    add(n("ffn_norm.weight"), L.ffn_norm);
-    add(n("ffn_gate.weight"), L.w_gate);
-    add(n("ffn_up.weight"), L.w_up);
-    add(n("ffn_down.weight"), L.w_down);
+    for (const LayerTensor& t : kLayerTensors) add(fmt::format("blk.{}.{}", l, t.gguf), w.layers[l].*t.field);
   }
   return m;
 }

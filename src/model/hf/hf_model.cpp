@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "model/hf/hf_config.h"
+#include "model/layer_tensors.h"
 #include "model/safetensors/strict_json.h"
 
 namespace kiln::hf {
@@ -88,21 +89,9 @@ ModelWeights weights_from_tensors(const safetensors::TensorSet& ts, const ModelC
   if (!c.tied_embeddings) w.lm_head = read_matrix(ts, "lm_head.weight", c.vocab_size, c.hidden_size, pool);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers.emplace_back();
-    auto name = [&](const char* suffix) { return fmt::format("model.layers.{}.{}", l, suffix); };
-    L.attn_norm = read_matrix(ts, name("input_layernorm.weight"), 1, c.hidden_size, pool);
-    L.wq = read_matrix(ts, name("self_attn.q_proj.weight"), c.q_dim(), c.hidden_size, pool);
-    L.wk = read_matrix(ts, name("self_attn.k_proj.weight"), c.kv_dim(), c.hidden_size, pool);
-    L.wv = read_matrix(ts, name("self_attn.v_proj.weight"), c.kv_dim(), c.hidden_size, pool);
-    L.wo = read_matrix(ts, name("self_attn.o_proj.weight"), c.hidden_size, c.q_dim(), pool);
-    if (c.qkv_bias) {
-      L.bq = read_matrix(ts, name("self_attn.q_proj.bias"), 1, c.q_dim(), pool);
-      L.bk = read_matrix(ts, name("self_attn.k_proj.bias"), 1, c.kv_dim(), pool);
-      L.bv = read_matrix(ts, name("self_attn.v_proj.bias"), 1, c.kv_dim(), pool);
-    }
-    L.ffn_norm = read_matrix(ts, name("post_attention_layernorm.weight"), 1, c.hidden_size, pool);
-    L.w_gate = read_matrix(ts, name("mlp.gate_proj.weight"), c.intermediate_size, c.hidden_size, pool);
-    L.w_up = read_matrix(ts, name("mlp.up_proj.weight"), c.intermediate_size, c.hidden_size, pool);
-    L.w_down = read_matrix(ts, name("mlp.down_proj.weight"), c.hidden_size, c.intermediate_size, pool);
+    for (const LayerTensor& t : kLayerTensors)
+      if (t.in(c))
+        L.*t.field = read_matrix(ts, fmt::format("model.layers.{}.{}", l, t.hf), t.n_rows(c), t.n_cols(c), pool);
   }
   // A layer beyond num_hidden_layers means config.json and the weights describe different models.
   KILN_CHECK(ts.find(fmt::format("model.layers.{}.input_layernorm.weight", c.n_layers)) == nullptr, invalid_model,
