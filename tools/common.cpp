@@ -5,7 +5,6 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
 #include <fmt/core.h>
@@ -154,14 +153,6 @@ BenchTarget open_bench_target(const ModelOptions& o, const std::string& random_s
 
 std::string read_all(std::istream& in) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string read_text_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), io, "cannot read {} '{}'", what, path);
-  std::string text = read_all(in);
-  KILN_CHECK(!in.bad(), io, "error reading {} '{}'", what, path);
-  return text;
 }
 
 std::string choose_chat_template(const std::string& override_arg, const std::string& model_template) {

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/backend.h"
+#include "core/text_file.h"  // read_text_file, which the commands use
 #include "core/thread_pool.h"
 #include "model/model_loader.h"
 
@@ -43,7 +44,6 @@ std::unique_ptr<Backend> make_backend(const ModelOptions& options, LoadedModel& 
 
 // The whole of a stream or a file (kiln::Error io naming `what` and the path when it cannot be read).
 std::string read_all(std::istream& in);
-std::string read_text_file(const std::string& path, const std::string& what);
 
 // The chat template to use: --chat-template's value (a file path, else the Jinja text itself)
 // when given, else the model's own; kiln::Error(invalid_argument) when there is neither.

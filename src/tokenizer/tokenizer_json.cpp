@@ -2,14 +2,13 @@
 
 #include <array>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/text_file.h"
 #include "model/safetensors/strict_json.h"
 #include "tokenizer/json_bpe_tokenizer.h"
 
@@ -354,17 +353,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_json_text(std::string_view tokenizer_j
 
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const std::vector<int32_t>& extra_end_ids) {
   namespace fs = std::filesystem;
-  auto read = [](const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    KILN_CHECK(in.good(), io, "cannot read '{}'", p.string());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    KILN_CHECK(!in.bad(), io, "error reading '{}'", p.string());
-    return ss.str();
-  };
-  const std::string text = read(path);
+  const std::string text = read_text_file(path, "tokenizer.json");
   const fs::path config_path = fs::path(path).parent_path() / "tokenizer_config.json";
-  const std::string config = fs::exists(config_path) ? read(config_path) : std::string();
+  const std::string config =
+      fs::exists(config_path) ? read_text_file(config_path.string(), "tokenizer_config.json") : std::string();
   return tokenizer_from_json_text(text, config, extra_end_ids);
 }
 

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/text_file.h"
 #include "kiln/error.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
@@ -21,14 +21,6 @@
 namespace {
 
 using kiln::server::ModelInfo;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("fuzz_request: cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct Fixture {
   std::unique_ptr<kiln::Tokenizer> tokenizer;
@@ -41,7 +33,7 @@ const Fixture& fixture() {
     const std::string data = KILN_TEST_DATA;
     x.tokenizer = kiln::Tokenizer::from_tokenizer_json(data + "/tokenizer_json/smollm/tokenizer.json");
     x.model.tokenizer = x.tokenizer.get();
-    x.model.chat_template = read_text(data + "/chat_templates/smollm2-135m-instruct.jinja");
+    x.model.chat_template = kiln::read_text_file(data + "/chat_templates/smollm2-135m-instruct.jinja");
     x.model.served_name = "fuzz";
     x.model.max_model_len = 512;
     x.model.vocab_size = x.tokenizer->vocab_size();

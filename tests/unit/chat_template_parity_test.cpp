@@ -8,13 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/text_file.h"
 #include "expect_error.h"
 #include "kiln/error.h"
 #include "tokenizer/chat_format.h"
@@ -27,13 +26,7 @@ namespace fs = std::filesystem;
 
 fs::path data_dir() { return fs::path(KILN_TEST_DATA) / "chat_templates"; }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return read_text_file(p.string(), "test data"); }
 
 // Parsed keeping key order: tojson prints dicts in insertion order, as Python does.
 const nlohmann::ordered_json& fixture() {

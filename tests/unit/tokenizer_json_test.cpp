@@ -3,13 +3,13 @@
 // forms kiln refuses, and loading tokenizer.json from a Hugging Face model directory.
 #include <gtest/gtest.h>
 
+#include "core/text_file.h"
 #include "expect_error.h"
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,13 +26,7 @@ namespace fs = std::filesystem;
 
 fs::path data_dir() { return fs::path(KILN_TEST_DATA) / "tokenizer_json"; }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return read_text_file(p.string(), "test data"); }
 
 const nlohmann::json& cases() {
   static const nlohmann::json j = nlohmann::json::parse(read_text(data_dir() / "cases.json"));

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "core/check.h"
+#include "core/text_file.h"
 #include "model/hf/hf_config.h"
 #include "model/layer_tensors.h"
 #include "model/safetensors/strict_json.h"
@@ -43,10 +42,7 @@ bool is_pickle(const fs::path& p) {
 
 std::string read_chat_template(const fs::path& dir) {
   fs::path jinja = dir / "chat_template.jinja";
-  if (fs::exists(jinja)) {
-    std::ifstream in(jinja, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  if (fs::exists(jinja)) return read_text_file(jinja.string(), "chat template");
   fs::path tc = dir / "tokenizer_config.json";
   if (!fs::exists(tc)) return "";
   nlohmann::json j = read_strict_json_file(tc.string());

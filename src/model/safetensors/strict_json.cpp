@@ -1,11 +1,10 @@
 #include "model/safetensors/strict_json.h"
 
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "core/check.h"
+#include "core/text_file.h"
 
 namespace kiln {
 
@@ -74,12 +73,7 @@ nlohmann::json parse_strict_json(std::string_view text, const std::string& what)
 }
 
 nlohmann::json read_strict_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in.good(), io, "cannot read '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  KILN_CHECK(!in.bad(), io, "error reading '{}'", path);
-  return parse_strict_json(ss.str(), "'" + path + "'");
+  return parse_strict_json(read_text_file(path, "JSON file"), "'" + path + "'");
 }
 
 }  // namespace kiln
