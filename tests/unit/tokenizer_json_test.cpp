@@ -147,6 +147,22 @@ nlohmann::json minimal_doc() {
   };
 }
 
+// The fuzzer's seeds (tests/data/tokenizer_json_corpus, scripts/fuzz.sh) must stay tokenizers kiln
+// builds, or the fuzzer would start from documents it rejects at once.
+TEST(TokenizerJson, FuzzSeedsBuildAndRoundTrip) {
+  int seeds = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(KILN_TEST_DATA) / "tokenizer_json_corpus")) {
+    if (entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(entry.path().string());
+    ++seeds;
+    const auto tok = tokenizer_from_json_text(read_text(entry.path()), "");
+    const std::vector<int32_t> ids = tok->encode("Hello world, caf\xc3\xa9!", false, true);
+    EXPECT_GT(ids.size(), 3u);
+    EXPECT_NE(tok->decode(ids).find("caf\xc3\xa9!"), std::string::npos);
+  }
+  EXPECT_EQ(seeds, 4);
+}
+
 TEST(TokenizerJson, MinimalDocumentWorks) {
   auto tok = tokenizer_from_json_text(minimal_doc().dump(), "");
   EXPECT_EQ(tok->vocab_size(), 257);
