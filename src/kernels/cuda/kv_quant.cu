@@ -191,15 +191,11 @@ void rope_qkv_quant(const bf16* qkv, const int32_t* positions, const int32_t* sl
       rope_qkv_quant_vec(qkv, positions, slots, n, inv_freq, rot_dim, interleaved, n_heads, n_kv_heads, head_dim, q_out,
                          kv, stream, cos_sin, cos_sin_positions))
     return;
-  auto launch = [&](auto kernel) {
-    launch_pdl(kernel, dim3(unsigned(n)), dim3(kQuantWarps * 32), 0, stream, qkv, positions, slots, inv_freq, cos_sin,
-               cos_sin_positions, rot_dim, interleaved, n_heads, n_kv_heads, head_dim, q_out, kv);
-  };
-  const bool i8 = kv.quant == KvQuant::int8;
-  if (slots)
-    launch(i8 ? rope_qkv_quant_kernel<true, KvQuant::int8> : rope_qkv_quant_kernel<true, KvQuant::fp8>);
-  else
-    launch(i8 ? rope_qkv_quant_kernel<false, KvQuant::int8> : rope_qkv_quant_kernel<false, KvQuant::fp8>);
+  kvq::with_write_form(slots != nullptr, kv.quant, [&](auto by_slot, auto format) {
+    launch_pdl(rope_qkv_quant_kernel<decltype(by_slot)::value, decltype(format)::value>, dim3(unsigned(n)),
+               dim3(kQuantWarps * 32), 0, stream, qkv, positions, slots, inv_freq, cos_sin, cos_sin_positions, rot_dim,
+               interleaved, n_heads, n_kv_heads, head_dim, q_out, kv);
+  });
   KILN_CUDA_CHECK_LAUNCH();
 }
 

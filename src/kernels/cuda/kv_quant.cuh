@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/kv_layout.h"
 
 namespace kiln::cuda::kvq {
@@ -72,6 +74,23 @@ __device__ __forceinline__ void bytes_to_bf16x2(uint32_t w, uint32_t& lo, uint32
   };
   lo = one(x01);
   hi = one(x23);
+}
+
+// The quantizing K/V writes' four kernels (by slot or by position, int8 or fp8) picked in one place:
+// launch(kSlots, kQuant) with the runtime choice as std::bool_constant and
+// std::integral_constant<KvQuant, ...> (rope_qkv_quant, rope_qkv_quant_vec).
+template <class Launch>
+void with_write_form(bool by_slot, KvQuant quant, Launch&& launch) {
+  auto in_format = [&](auto slots) {
+    if (quant == KvQuant::int8)
+      launch(slots, std::integral_constant<KvQuant, KvQuant::int8>{});
+    else
+      launch(slots, std::integral_constant<KvQuant, KvQuant::fp8>{});
+  };
+  if (by_slot)
+    in_format(std::true_type{});
+  else
+    in_format(std::false_type{});
 }
 
 }  // namespace kiln::cuda::kvq

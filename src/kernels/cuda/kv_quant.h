@@ -10,10 +10,10 @@
 //                    quantized layout;
 //   attention_decode_q8 (attention.h) reads the 8-bit tiles directly (attention_decode calls it);
 //   kv_dequantize    turns the cached positions of one sequence into a contiguous bf16 K/V
-//                    scratch for the prefill kernel (kv_dequantize_rows: a step's prefill chunks
-//                    at once, into a compact bf16 paged pool for the varlen prefill) (prefill is compute-bound: reading the cache
-//                    once more in bf16 costs about 1% of a prefill chunk's attention; see
-//                    docs/PERFORMANCE.md, session 5).
+//                    scratch for the prefill kernel, and kv_dequantize_rows a batched step's
+//                    prefill chunks at once into a compact bf16 paged pool for the varlen prefill
+//                    (prefill is compute-bound: reading the cache once more in bf16 costs about 1%
+//                    of a prefill chunk's attention; see docs/PERFORMANCE.md, session 5).
 // Needs head_dim % 16 == 0 (16-byte rows of bytes for cp.async), which kv_quant_supported checks.
 #pragma once
 

@@ -146,15 +146,11 @@ bool rope_qkv_quant_vec(const bf16* qkv, const int32_t* positions, const int32_t
   if (!ok) return false;
   if (n == 0) return true;
   const unsigned blocks = unsigned((n * sh.per_token + kThreads - 1) / kThreads);
-  auto launch = [&](auto kernel) {
-    launch_pdl(kernel, dim3(blocks), dim3(kThreads), 0, stream, qkv, positions, slots, inv_freq, cos_sin,
-               cos_sin_positions, n, interleaved, n_heads, n_kv_heads, head_dim, q_out, kv);
-  };
-  const bool i8 = kv.quant == KvQuant::int8;
-  if (slots)
-    launch(i8 ? rope_qkv_quant_vec_kernel<true, KvQuant::int8> : rope_qkv_quant_vec_kernel<true, KvQuant::fp8>);
-  else
-    launch(i8 ? rope_qkv_quant_vec_kernel<false, KvQuant::int8> : rope_qkv_quant_vec_kernel<false, KvQuant::fp8>);
+  kvq::with_write_form(slots != nullptr, kv.quant, [&](auto by_slot, auto format) {
+    launch_pdl(rope_qkv_quant_vec_kernel<decltype(by_slot)::value, decltype(format)::value>, dim3(blocks),
+               dim3(kThreads), 0, stream, qkv, positions, slots, inv_freq, cos_sin, cos_sin_positions, n, interleaved,
+               n_heads, n_kv_heads, head_dim, q_out, kv);
+  });
   KILN_CUDA_CHECK_LAUNCH();
   return true;
 }
