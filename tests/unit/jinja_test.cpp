@@ -360,6 +360,15 @@ TEST(Jinja, ValuesThatWouldOutgrowMemoryFailFirst) {
                "grew past", Errc::invalid_argument);
 }
 
+TEST(Jinja, IndentTakesItsDefaultWidth) {
+  // Jinja2's indent(width=4, first=False, blank=False); a bare |indent failed (the unset width was
+  // read as an integer argument), found reading the width's size check.
+  EXPECT_EQ(render("{{ 'a\nb'|indent }}|{{ 'a\nb'|indent(2, true) }}|{{ 'a\nb'|indent('--') }}"),
+            "a\n    b|  a\n  b|a\n--b");
+  expect_error([] { render("{{ 'a'|indent(none) }}"); }, "expects an integer or string width",
+               Errc::invalid_argument);
+}
+
 TEST(Jinja, ANamespaceHoldingItselfFailsToPrint) {
   expect_error([] { render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}"); }, "nested too deeply",
                Errc::invalid_argument);

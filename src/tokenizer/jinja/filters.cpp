@@ -85,9 +85,7 @@ Value filter_replace(const Value& v, const CallArgs& a, int line) {
   args.require(0, "old");
   args.require(1, "new");
   const int64_t count = args.has(2) && !args.get(2).is_none() ? args.integer(2) : -1;
-  std::optional<std::string> out = py::replace(text_of(v), text_of(args.get(0)), text_of(args.get(1)), count, kMaxValueBytes);
-  if (!out) check_value_size(kMaxValueBytes + 1, line);
-  return std::move(*out);
+  return bounded_replace(text_of(v), text_of(args.get(0)), text_of(args.get(1)), count, line);
 }
 
 Value filter_int(const Value& v, const CallArgs& a, int line) {
@@ -133,10 +131,14 @@ Value filter_items(const Value& v, const CallArgs& a, int line) {
 }
 
 // indent= of tojson and width of indent: a string, or that many spaces (checked before it is made).
-std::string padding(const Value& width, int64_t spaces, int line) {
+std::string padding(const Value& width, const char* filter, int line) {
   if (width.is_string()) return width.as_string();
-  check_value_size(size_t(std::clamp<int64_t>(spaces, 0, int64_t(kMaxValueBytes) + 1)), line);
-  return std::string(size_t(std::max<int64_t>(0, spaces)), ' ');
+  KILN_CHECK(width.is_int() || width.is_bool(), invalid_argument,
+             "chat template line {}: filter '{}' expects an integer or string width, got {}", line, filter,
+             width.type_name());
+  const int64_t spaces = std::max<int64_t>(0, width.to_int());
+  check_value_size(size_t(std::min<int64_t>(spaces, int64_t(kMaxValueBytes) + 1)), line);
+  return std::string(size_t(spaces), ' ');
 }
 
 Value filter_tojson(const Value& v, const CallArgs& a, int line) {
@@ -145,8 +147,7 @@ Value filter_tojson(const Value& v, const CallArgs& a, int line) {
   JsonOptions o;
   o.ensure_ascii = args.get_or(0, false).truthy();
   if (args.has(1) && !args.get(1).is_none()) {
-    const Value& indent = args.get(1);
-    o.indent = padding(indent, indent.is_string() ? 0 : args.integer(1), line);
+    o.indent = padding(args.get(1), "tojson", line);
   }
   if (args.has(2) && !args.get(2).is_none()) {
     const Value& seps = args.get(2);
@@ -270,8 +271,8 @@ Value filter_map(const Value& v, const CallArgs& a, int line) {
 
 Value filter_indent(const Value& v, const CallArgs& a, int line) {
   BoundArgs args(a, what("indent"), line, {"width", "first", "blank"});
-  const Value width = args.get_or(0, int64_t(4));
-  const std::string pad = padding(width, width.is_string() ? 0 : args.integer(0), line);
+  // Jinja's default width is 4 (args.integer(0) read the unset argument: a bare |indent failed).
+  const std::string pad = padding(args.get_or(0, int64_t(4)), "indent", line);
   const bool first = args.get_or(1, false).truthy(), blank = args.get_or(2, false).truthy();
   if (v.is_undefined()) fail_undefined(v.as_undefined(), line);
   std::string s = text_of(v);

@@ -58,7 +58,8 @@ class JsonWriter {
   }
 
   void write(const Value& v, int level) {
-    KILN_CHECK(level < 200, invalid_argument, "chat template line {}: tojson: value nested too deeply", line_);
+    KILN_CHECK(level < kMaxPrintDepth, invalid_argument, "chat template line {}: tojson: value nested too deeply",
+               line_);
     if (v.is_none()) {
       out += "null";
     } else if (v.is_bool()) {

@@ -80,10 +80,7 @@ Value string_method(const std::string& s, const std::string& m, const CallArgs& 
     BoundArgs args(a, name, line, {"old", "new", "count"});
     args.require(0, "old");
     args.require(1, "new");
-    std::optional<std::string> out =
-        py::replace(s, args.string(0), args.string(1), args.has(2) ? args.integer(2) : -1, kMaxValueBytes);
-    if (!out) check_value_size(kMaxValueBytes + 1, line);
-    return std::move(*out);
+    return bounded_replace(s, args.string(0), args.string(1), args.has(2) ? args.integer(2) : -1, line);
   }
   if (m == "find" || m == "rfind" || m == "count") {
     BoundArgs args(a, name, line, {"sub"});

@@ -52,6 +52,12 @@ static Value repeat(const Value& seq, int64_t times, int line) {
   return Value::list(std::move(items), l.is_tuple);
 }
 
+std::string bounded_replace(std::string_view s, std::string_view old, std::string_view with, int64_t count, int line) {
+  std::optional<std::string> out = py::replace(s, old, with, count, kMaxValueBytes);
+  if (!out) check_value_size(kMaxValueBytes + 1, line);
+  return std::move(*out);
+}
+
 [[noreturn]] void fail_int_overflow(int line) {
   // Python integers never overflow; kiln's are 64-bit, so say so rather than wrap around.
   KILN_FAIL(unsupported, "chat template line {}: integer arithmetic beyond 64 bits is not supported", line);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokenizer/jinja/value.h"
@@ -15,6 +16,10 @@ namespace kiln::jinja {
 
 // Throws kiln::Error(invalid_argument) for a value of `bytes` past kMaxValueBytes.
 void check_value_size(size_t bytes, int line);
+
+// str.replace (and the replace filter) within kMaxValueBytes: the result grows with the matches, so
+// it is checked as it is built.
+std::string bounded_replace(std::string_view s, std::string_view old, std::string_view with, int64_t count, int line);
 
 // 64-bit integers where Python's are unbounded: a result past them throws kiln::Error(unsupported)
 // instead of wrapping around (or, in C++, being undefined).

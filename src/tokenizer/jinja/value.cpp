@@ -151,9 +151,8 @@ std::string float_repr(double d) {
 }
 
 // Printing recurses into lists and dicts, and a namespace can hold itself ({% set ns.me = ns %}):
-// the depth is bounded as tojson's is, and so is the text (a list can hold one big string many
-// times by reference).
-constexpr int kMaxPrintDepth = 200;
+// the depth is bounded (kMaxPrintDepth, as tojson's), and so is the text (a list can hold one big
+// string many times by reference).
 static std::string str_at(const Value& v, int depth);
 static std::string repr_at(const Value& v, int depth) {
   if (v.is_string()) return py::repr(v.as_string());
@@ -161,8 +160,7 @@ static std::string repr_at(const Value& v, int depth) {
   return str_at(v, depth);
 }
 
-static void check_printed(const std::string& out, int depth) {
-  KILN_CHECK(depth < kMaxPrintDepth, invalid_argument, "chat template: a value nested too deeply to print");
+static void check_printed(const std::string& out) {
   KILN_CHECK(out.size() <= kMaxValueBytes, invalid_argument, "chat template: a printed value grew past {} MiB",
              kMaxValueBytes >> 20);
 }
@@ -172,7 +170,7 @@ static std::string sequence_str(const List& l, int depth) {
   for (size_t i = 0; i < l.items.size(); ++i) {
     if (i) out += ", ";
     out += repr_at(l.items[i], depth + 1);
-    check_printed(out, depth);
+    check_printed(out);
   }
   if (l.is_tuple && l.items.size() == 1) out += ",";
   return out + (l.is_tuple ? ")" : "]");
@@ -183,7 +181,7 @@ static std::string dict_str(const Dict& d, int depth) {
   for (size_t i = 0; i < d.entries.size(); ++i) {
     if (i) out += ", ";
     out += repr_at(d.entries[i].first, depth + 1) + ": " + repr_at(d.entries[i].second, depth + 1);
-    check_printed(out, depth);
+    check_printed(out);
   }
   return out + (d.is_namespace ? "}>" : "}");
 }
@@ -201,7 +199,7 @@ static std::string str_at(const Value& v, int depth) {
     std::string operator()(const DictPtr& d) const { return dict_str(*d, depth); }
     std::string operator()(const CallablePtr& c) const { return "<function " + c->name + ">"; }
   };
-  check_printed(std::string(), depth);
+  KILN_CHECK(depth < kMaxPrintDepth, invalid_argument, "chat template: a value nested too deeply to print");
   return std::visit(Visitor{depth}, v.storage());
 }
 

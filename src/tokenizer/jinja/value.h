@@ -20,6 +20,8 @@ namespace kiln::jinja {
 // Bound on any string or list a template builds, so that "x" * 10**12 fails instead of exhausting
 // memory (Python would raise MemoryError).
 constexpr size_t kMaxValueBytes = size_t(64) << 20;
+// Bound on the nesting printing and tojson follow: a namespace can hold itself.
+constexpr int kMaxPrintDepth = 200;
 
 class Value;
 
