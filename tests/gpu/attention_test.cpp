@@ -1,6 +1,8 @@
 // Prefill and decode attention against cpu::attention on the same bf16-rounded q, k, v.
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu/ops.h"
 #include "gpu_test_util.h"
@@ -237,6 +239,59 @@ TEST(GpuAttention, DecodeStreamEqualsTheSplitKernelBitwise) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
     c.run();  // the default (streaming where it applies) against the CPU reference
+  }
+}
+
+// The streaming kernel's prologue choices (DecodeStreamPrologue): the first pair's K/V but its
+// newest row loaded before the wait, the dependent released at exit. They change when loads are
+// issued, not what lands in shared memory, so the outputs are the same bits. A batch-1-like step
+// (few sequences, capacity <= 256: one split block per pair, first pairs of 1..2 tiles, the newest
+// row at the start, middle and end of a tile) and 400 sequences (first pairs of 1..5 tiles).
+TEST(GpuAttention, DecodeStreamPrologueChoicesBitwise) {
+  KILN_REQUIRE_GPU();
+  for (Case cs : {Case{32, 8, 128}, Case{8, 2, 64}, Case{16, 2, 64}, Case{4, 4, 128}}) {
+    for (auto [lens, capacity] : {std::pair{std::vector<int32_t>{1, 37, 64, 65, 128}, int64_t(256)},
+                                  std::pair{std::vector<int32_t>{2}, int64_t(128)},
+                                  std::pair{cycled_lengths(400), int64_t(320)}}) {
+      SCOPED_TRACE(testing::Message() << "heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.d << " batch "
+                                      << lens.size());
+      DecodeCase c(cs, lens, capacity);
+      cuda::DecodeTuning plain;
+      plain.stream = 1;
+      plain.slices = 0;
+      plain.early_rows = 0;
+      plain.late_release = 0;
+      const std::vector<float> a = c.outputs(plain);
+      for (auto [early, late] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}}) {
+        cuda::DecodeTuning t = plain;
+        t.early_rows = early;
+        t.late_release = late;
+        const std::vector<float> b = c.outputs(t);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "early " << early << " late " << late;
+        c.run(t);
+      }
+    }
+  }
+}
+
+// The split kernel's early rows (the tile holding the newest position loaded before the wait but
+// for that position): few sequences over a capacity past 256 (several splits a KV head, the newest
+// position first, inside and last in its tile), every pipeline depth; the same bits as without.
+TEST(GpuAttention, DecodeSplitEarlyRowsBitwise) {
+  KILN_REQUIRE_GPU();
+  for (Case cs : kCases) {
+    DecodeCase c(cs, {1, 37, 64, 65, 255, 257, 700}, 800);
+    for (int stages : {2, 3, 4}) {
+      cuda::DecodeTuning plain{stages};
+      plain.early_rows = 0;
+      cuda::DecodeTuning early = plain;
+      early.early_rows = 1;
+      const std::vector<float> a = c.outputs(plain), b = c.outputs(early);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "stages " << stages;
+      c.run(early);
+    }
   }
 }
 

@@ -169,6 +169,31 @@ TEST(GpuPagedAttention, DecodeSlicesKernel) {
   }
 }
 
+// The decode kernels with the K/V of the newest position's tile but that position loaded before
+// the wait (DecodeStreamPrologue::early_rows) through shuffled block tables: the newest row's block
+// looked up on its own, block sizes below, at and above the tile; few sequences at capacity <= 256
+// (the streaming kernel, first pairs of 1..2 tiles), many (streaming), and few over a longer
+// capacity (the split kernel, several splits a KV head).
+TEST(GpuPagedAttention, DecodeEarlyRows) {
+  KILN_REQUIRE_GPU();
+  cuda::DecodeTuning early;
+  early.stream = 1;
+  early.slices = 0;
+  early.early_rows = 1;
+  std::vector<int64_t> many(96);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = kDecodeLens[i % kDecodeLens.size()];
+  for (int64_t bs : {1, 16, 128}) {
+    for (Case cs : {Case{32, 8, 128}, Case{8, 2, 64}}) {
+      const auto a = check_decode(cs, {1, 15, 16, 17, 63, 64, 65, 100}, bs, 0, early);
+      cuda::DecodeTuning plain = early;
+      plain.early_rows = 0;
+      EXPECT_EQ(a, check_decode(cs, {1, 15, 16, 17, 63, 64, 65, 100}, bs, 0, plain));
+    }
+    check_decode(Case{32, 8, 128}, many, bs, 0, early);
+    for (Case cs : kCases) check_decode(cs, kDecodeLens, bs, 0, early);
+  }
+}
+
 // The paged kernel's other pipeline depths (2 and 4 stages, instantiated for d 128 for the kernel
 // lab and KILN_ATTN_DECODE_STAGES), few sequences (several splits) and many (one split each).
 TEST(GpuPagedAttention, DecodeStages) {

@@ -52,6 +52,7 @@
 #include "kernels/cuda/attention_decode_combine.h"
 #include "kernels/cuda/attention_decode_slices.h"
 #include "kernels/cuda/attention_decode_stream.h"
+#include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/epilogue.cuh"
@@ -112,7 +113,7 @@ template <int D, bool kPaged, int kStages>
 __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
     decode_mma_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len, DecodeWorkspace ws,
                       bf16* __restrict__ out, int n_heads, int group, int head_groups, int d, int ws_splits,
-                      float scale_log2, int interleave) {
+                      float scale_log2, int interleave, int early_rows) {
   using namespace attn;
   extern __shared__ uint4 smem_raw[];
   bf16* const qs = reinterpret_cast<bf16*>(smem_raw);
@@ -123,7 +124,8 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
   const int nh = min(kMmaRows, group - hg * kMmaRows);  // query heads in this block
   // Launched with PDL (the split's prologue overlaps the kernel that wrote q and this step's K/V):
   // before pdl_wait only what no kernel of this step writes is touched -- kv_len (host-written) and
-  // the K/V tiles of earlier positions; q and the tile holding position len - 1 come after it.
+  // the K/V tiles of earlier positions; q and the tile holding position len - 1 come after it (with
+  // early_rows, all of that tile but position len - 1 itself comes before).
   const int len = kv_len[b];
   const DecodeSplit sp = decode_split(len, int(gridDim.x), split, interleave);
   if (sp.n_tiles <= 0) {  // past the end: nothing to read or write (exiting counts as the trigger)
@@ -142,15 +144,16 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
   auto k_stage = [&](int st) { return stages + st * 2 * kTileKv * D; };
   auto v_stage = [&](int st) { return stages + st * 2 * kTileKv * D + kTileKv * D; };
   [[maybe_unused]] PagedTileLoader<D, kTileKv, kMmaThreads> paged;  // kPaged: block ids of the next tile
-  auto load_kv = [&](int tile, int st) {  // paged: the ids were fetched by prefetch_ids(tile)
-    const int k0 = tile_pos(tile), n = tile_keys(tile);
+  // paged: the ids were fetched by prefetch_ids(tile); skip_row: a row left for load_newest_row
+  auto load_kv = [&](int tile, int st, int skip_row = -1) {
+    const int k0 = tile_pos(tile), n = tile_keys(tile), tid = int(threadIdx.x);
     if constexpr (kPaged) {
-      paged.load(k_stage(st), v_stage(st), kv, kvh, k0, n, d);
+      paged.load(k_stage(st), v_stage(st), kv, kvh, k0, n, d, skip_row);
     } else {
       load_tile_async<D, kTileKv, kMmaThreads>(
-          k_stage(st), n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k);
+          k_stage(st), n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k, tid, skip_row);
       load_tile_async<D, kTileKv, kMmaThreads>(
-          v_stage(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v);
+          v_stage(st), n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v, tid, skip_row);
     }
   };
 
@@ -161,12 +164,15 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
     }
   };
 
-  // The first kStages - 1 tiles, one cp.async group each: the older ones now, ...
+  // The first kStages - 1 tiles, one cp.async group each: the older ones now (early_rows: the
+  // fresh one too, but for position len - 1), ...
+  const int64_t newest_off =
+      early_rows && threadIdx.x < 2 * (D / 8) ? kv.offset_as<kPaged>(b, len - 1, kvh) : 0;
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    if (st < n_tiles && !fresh(st)) {
+    if (st < n_tiles && (!fresh(st) || early_rows)) {
       prefetch_ids(st);
-      load_kv(st, st);
+      load_kv(st, st, fresh(st) ? len - 1 - tile_pos(st) : -1);
     }
     cp_async_commit();
   }
@@ -178,8 +184,12 @@ __global__ void __launch_bounds__(kMmaThreads, kStages == 2 ? 3 : 2)
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < n_tiles && fresh(st)) {
-      prefetch_ids(st);
-      load_kv(st, st);
+      if (early_rows) {
+        load_newest_row<D>(kv, newest_off, k_stage(st), v_stage(st), len - 1 - tile_pos(st), d, int(threadIdx.x));
+      } else {
+        prefetch_ids(st);
+        load_kv(st, st);
+      }
     }
   }
   cp_async_commit();
@@ -345,6 +355,10 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   static const bool stream_env = env_switch_on("KILN_ATTN_DECODE_STREAM");
   static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");
   const bool split_pdl = pdl_ok && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
+  static const int early_env = env_int("KILN_ATTN_EARLY_ROWS", 0), late_env = env_int("KILN_ATTN_LATE_RELEASE", 0);
+  DecodeStreamPrologue prologue;  // late_release: the streaming kernel only
+  prologue.early_rows = (tune.early_rows < 0 ? early_env : tune.early_rows) != 0;
+  prologue.late_release = (tune.late_release < 0 ? late_env : tune.late_release) != 0;
   // (Only with the default 3 stages: the other counts are the split kernel's tunings, for the lab.)
   if (P == 1 && kStages == 3 && (tune.stream < 0 ? stream_env : tune.stream != 0) &&
       decode_stream_applies(n_heads, n_kv_heads, head_dim) &&
@@ -359,7 +373,8 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
           (tune.slices > 0 || 8 * batch * n_kv_heads >= kDecodeSlicesPairsPer8Warps * fit.resident_warps))
         return attention_decode_slices(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, stream);
     }
-    return attention_decode_stream(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, stream);
+    return attention_decode_stream(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim, split_pdl, prologue,
+                                   stream);
   }
   dim3 grid(unsigned(P), unsigned(n_kv_heads * head_groups), unsigned(batch));
   const int interleave = (tune.interleave < 0 ? kDecodeDefaults.interleave : tune.interleave != 0) ? 1 : 0;
@@ -367,7 +382,8 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   // q finishes); KILN_ATTN_SPLIT_PDL=0 or tune.split_pdl = 0 launches it normally.
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   launch_maybe_pdl(split_pdl, kernel, grid, dim3(kMmaThreads), decode_smem_bytes<D, kStages>(), stream, q, kv, kv_len,
-                   ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave);
+                   ws, out, n_heads, group, head_groups, head_dim, ws_splits, scale_log2, interleave,
+                   prologue.early_rows ? 1 : 0);
   KILN_CUDA_CHECK_LAUNCH();
   // The combine (none at P = 1), launched while the split kernel runs when PDL is on (its launch
   // latency hides behind the split kernel; it waits on griddepcontrol.wait before reading partials).

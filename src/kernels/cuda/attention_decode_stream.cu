@@ -68,7 +68,7 @@ template <int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads, 2)
     decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                          bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
-                         float scale_log2) {
+                         float scale_log2, DecodeStreamPrologue prologue) {
   using namespace attn;
   extern __shared__ uint4 smem_raw[];
   bf16* const stages = reinterpret_cast<bf16*>(smem_raw);
@@ -96,17 +96,36 @@ __global__ void __launch_bounds__(kThreads, 2)
     const bf16* qb = q + (int64_t(b) * n_heads + int64_t(kvh) * group) * d;
     load_tile_async<D, kQRows, kThreads>(q_slot(st), group, d, [&](int r) { return qb + r * d; }, q);
   };
-  auto request = [&](int st, bool with_q = true) {  // attention_decode_walk.cuh's stream_request
+  auto request = [&](int st, bool with_q = true, bool skip_newest = false) {  // attention_decode_walk.cuh's
     stream_request(rq, walk, batch, st, with_q,
                    [&](int s) {
                      load_kv_tile<D, kTileKv, kThreads, kPaged>(rq, kv, paged, k_stage(s), v_stage(s), d,
-                                                                int(threadIdx.x));
+                                                                int(threadIdx.x), skip_newest);
                    },
                    load_q, fetch_ids);
   };
 
   fetch_ids();
-  stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); });
+  const StreamCursor first = rq;
+  if (prologue.early_rows && first.b < batch && first.n_tiles <= kStages - 1) {
+    // The first pair fits the ring's first slots (a batch-1 step at up to 128 positions): all of
+    // its K/V but the newest position -- written by this step's qkv kernel -- loads before the wait,
+    // under that kernel's tail, and only q and the newest row after it.
+    const int newest = first.len - 1;
+    const int64_t newest_off = threadIdx.x < 2 * (D / 8) ? kv.offset_as<kPaged>(first.b, newest, first.kvh) : 0;
+    for (int st = 0; st < first.n_tiles; ++st) request(st, /*with_q=*/false, /*skip_newest=*/true);
+    pdl_wait();
+    if (!prologue.late_release) pdl_launch_dependents();
+    load_q(0, first.b, first.kvh);
+    const int last = first.n_tiles - 1;
+    load_newest_row<D>(kv, newest_off, k_stage(last), v_stage(last), newest - last * kTileKv, d, int(threadIdx.x));
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int st = first.n_tiles; st < kStages - 1; ++st) request(st);
+  } else {
+    stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); }, !prologue.late_release);
+  }
 
   uint32_t qf[D / 16][4];
   float m[2], l[2], o[D / 8][4];
@@ -156,7 +175,7 @@ const GroupOccupancy& stream_occupancy() {
 
 template <int D, bool kPaged>
 void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch, int n_heads,
-                   int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
+                   int n_kv_heads, int head_dim, bool pdl, DecodeStreamPrologue prologue, cudaStream_t stream) {
   const int group = n_heads / n_kv_heads;
   const GroupOccupancy& occ = stream_occupancy<D, kPaged>();
   const int64_t pairs = batch * n_kv_heads;
@@ -164,7 +183,7 @@ void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf1
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   launch_maybe_pdl(pdl, decode_stream_kernel<D, kPaged>, dim3(unsigned(blocks)), dim3(kThreads),
                    stream_smem_bytes<D>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group, head_dim,
-                   int(batch), scale_log2);
+                   int(batch), scale_log2, prologue);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -183,13 +202,14 @@ int decode_stream_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim, bool 
 }
 
 void attention_decode_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf16* out, int64_t batch,
-                             int n_heads, int n_kv_heads, int head_dim, bool pdl, cudaStream_t stream) {
+                             int n_heads, int n_kv_heads, int head_dim, bool pdl, DecodeStreamPrologue prologue,
+                             cudaStream_t stream) {
   KILN_CUDA_REQUIRE(decode_stream_applies(n_heads, n_kv_heads, head_dim),
                     "attention: the streaming decode kernel needs at most 8 query heads per KV head");
   if (batch == 0) return;
   with_decode_instance(head_dim, kv.paged(), [&](auto d, auto p) {
     launch_stream<decltype(d)::value, decltype(p)::value>(q, kv, kv_len, out, batch, n_heads, n_kv_heads, head_dim,
-                                                          pdl, stream);
+                                                          pdl, prologue, stream);
   });
 }
 

@@ -64,20 +64,37 @@ struct StreamWalk {
 
 // The cp.async copies of the cursor's tile of K and V into k_dst / v_dst (zero-filled past the pair's
 // length), by the worker's kThreads copying threads (tid: this thread's index among them); kPaged:
-// through `paged`'s block ids, fetched for this tile beforehand.
+// through `paged`'s block ids, fetched for this tile beforehand. skip_newest: the pair's newest
+// position is not copied, when the tile holds it (load_newest_row copies it after pdl_wait).
 template <int D, int kRows, int kThreads, bool kPaged>
 __device__ __forceinline__ void load_kv_tile(const StreamCursor& rq, const KvLayout& kv,
                                              const PagedTileLoader<D, kRows, kThreads>& paged, bf16* k_dst,
-                                             bf16* v_dst, int d, int tid) {
+                                             bf16* v_dst, int d, int tid, bool skip_newest = false) {
   const int b = rq.b, kvh = rq.kvh, k0 = rq.tile * kRows, n = min(kRows, rq.len - k0);
+  const int skip = skip_newest && rq.tile == rq.n_tiles - 1 ? n - 1 : -1;
   if constexpr (kPaged) {
-    paged.load(k_dst, v_dst, kv, kvh, k0, n, d);
+    paged.load(k_dst, v_dst, kv, kvh, k0, n, d, skip);
   } else {
     load_tile_async<D, kRows, kThreads>(
-        k_dst, n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k, tid);
+        k_dst, n, d, [&](int r) { return kv.k + kv.offset_as<false>(b, k0 + r, kvh); }, kv.k, tid, skip);
     load_tile_async<D, kRows, kThreads>(
-        v_dst, n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v, tid);
+        v_dst, n, d, [&](int r) { return kv.v + kv.offset_as<false>(b, k0 + r, kvh); }, kv.v, tid, skip);
   }
+}
+
+// The K and V rows at element offset `off` (kv.offset_as: computed before pdl_wait, so a paged
+// lookup is not on the critical path) into row `row` of the swizzled tiles k_dst / v_dst (chunks at
+// or past d zero-filled), by threads 0 .. 2 D / 8 - 1 of the worker: the one row
+// load_kv_tile(skip_newest) left out.
+template <int D>
+__device__ __forceinline__ void load_newest_row(const KvLayout& kv, int64_t off, bf16* k_dst, bf16* v_dst, int row,
+                                                int d, int tid) {
+  constexpr int kChunks = D / 8;
+  if (tid >= 2 * kChunks) return;
+  const bool is_v = tid >= kChunks, ok = (tid % kChunks) * 8 < d;
+  const int c = tid % kChunks;
+  const bf16* base = is_v ? kv.v : kv.k;
+  cp_async16((is_v ? v_dst : k_dst) + swz<D>(row, c), ok ? base + off + c * 8 : base, ok);
 }
 
 // A worker's ring before its loop: the first kSlots - 1 requests, around the PDL wait. q and the
@@ -87,16 +104,17 @@ __device__ __forceinline__ void load_kv_tile(const StreamCursor& rq, const KvLay
 // older tiles of its first pair (`first`: the cursor before any request), they go before the wait
 // and that pair's q after it, and the prologue waits for all of them (sync: the worker's barrier);
 // otherwise everything goes after the wait. request(slot, with_q), load_q(slot, b, kvh): the kernel's.
+// release: the dependent kernel may launch once this worker is past the wait (else at its exit).
 template <int kSlots, class Request, class LoadQ, class Sync>
 __device__ __forceinline__ void stream_prologue(StreamCursor first, int batch, Request&& request, LoadQ&& load_q,
-                                                Sync&& sync) {
+                                                Sync&& sync, bool release = true) {
   const bool early = first.b < batch && first.n_tiles > kSlots - 1;
   if (early) {
 #pragma unroll
     for (int st = 0; st < kSlots - 1; ++st) request(st, false);
   }
   pdl_wait();
-  pdl_launch_dependents();
+  if (release) pdl_launch_dependents();  // else the kernel after this one launches as its blocks exit
   if (early) {
     load_q(0, first.b, first.kvh);
     cp_async_commit();

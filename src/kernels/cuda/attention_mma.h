@@ -75,15 +75,18 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 
 // Asynchronously loads rows [0, R) of a tile: row r comes from row_ptr(r) (a bf16 pointer, only
 // called for valid rows), chunks at or past d / 8 and rows at or past n_rows are zero-filled.
+// Row skip_row (if any) is left alone, not even zero-filled: a later copy writes it (the streaming
+// decode kernel's newest position, which the kernel before it writes).
 template <int D, int R, int kThreads, typename RowPtr>
 __device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, RowPtr row_ptr, const bf16* any,
-                                                int tid) {
+                                                int tid, int skip_row = -1) {
   constexpr int kChunks = D / 8, kIters = (R * kChunks + kThreads - 1) / kThreads;
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     const int i = it * kThreads + tid;
     if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
     const int r = i / kChunks, c = i % kChunks;
+    if (r == skip_row) continue;
     const bool ok = r < n_rows && c * 8 < d;
     const bf16* src = ok ? row_ptr(r) + c * 8 : any;
     cp_async16(tile + swz<D>(r, c), src, ok);
@@ -97,7 +100,7 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, R
 
 // Paged K/V tiles (kv_layout.h's paged form) of R positions: fetch() loads into registers the
 // block ids of the rows this thread copies (one id per row, shared by K and V), load() issues the
-// cp.async copies of a fetched tile. Callers fetch the ids of the tile after the one they load
+// cp.async copies of a fetched tile (skip_row as load_tile_async's). Callers fetch the ids of the tile after the one they load
 // next, so the block-table latency overlaps a tile's compute instead of stalling the copies.
 // Same zero-fill rules as load_tile_async.
 template <int D, int R, int kThreads>
@@ -116,7 +119,7 @@ struct PagedTileLoader {
   }
 
   __device__ __forceinline__ void load(bf16* k_tile, bf16* v_tile, const KvLayout& kv, int kv_head, int p0,
-                                       int n_rows, int d) const {
+                                       int n_rows, int d, int skip_row = -1) const {
     const int mask = (1 << kv.block_shift) - 1;
     int64_t off[kIters];
 #pragma unroll
@@ -130,6 +133,7 @@ struct PagedTileLoader {
       const int i = it * kThreads + tid;
       if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
       const int r = i / kChunks, c = i % kChunks;
+      if (r == skip_row) continue;
       const bool ok = r < n_rows && c * 8 < d;
       cp_async16(k_tile + swz<D>(r, c), ok ? kv.k + off[it] + c * 8 : kv.k, ok);
     }
@@ -138,6 +142,7 @@ struct PagedTileLoader {
       const int i = it * kThreads + tid;
       if (R * kChunks % kThreads != 0 && i >= R * kChunks) break;
       const int r = i / kChunks, c = i % kChunks;
+      if (r == skip_row) continue;
       const bool ok = r < n_rows && c * 8 < d;
       cp_async16(v_tile + swz<D>(r, c), ok ? kv.v + off[it] + c * 8 : kv.v, ok);
     }
