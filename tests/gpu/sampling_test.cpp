@@ -162,6 +162,50 @@ TEST(GpuSampling, ArgmaxMatchesHostWithTies) {
   }
 }
 
+// The split form (a few rows, each over several blocks, the last block of a row reducing): rows
+// 1..kArgmaxSplitRows of Llama-3's vocabulary and odd ones, a tie across two splits (the lower id
+// wins), the maximum in the last logit, NaN logits, an all-NaN row (id 0, as the one-block form),
+// and a second call on the same workspace (its tickets reset).
+TEST(GpuSampling, ArgmaxSplitMatchesHost) {
+  KILN_REQUIRE_GPU();
+  DeviceBuffer<float> values(size_t(cuda::kArgmaxSplitRows) * cuda::kArgmaxMaxSplits);
+  DeviceBuffer<int32_t> ids(values.size());
+  DeviceBuffer<uint32_t> tickets(size_t(cuda::kArgmaxSplitRows));
+  tickets.zero();
+  const cuda::ArgmaxWorkspace ws{values.data(), ids.data(), tickets.data()};
+  for (int64_t vocab : {int64_t(128256), int64_t(151936), int64_t(5003), int64_t(97)}) {
+    for (int64_t rows : {int64_t(1), int64_t(3), cuda::kArgmaxSplitRows}) {
+      SCOPED_TRACE(testing::Message() << "vocab " << vocab << " rows " << rows);
+      auto logits = random_bf16_values(size_t(rows * vocab), uint32_t(vocab + rows), 5.0f);
+      logits[size_t(vocab - 1)] = 9.0f;  // row 0: the last logit
+      if (rows > 1) {
+        logits[size_t(vocab + 3)] = 9.0f;  // row 1: a tie, far apart
+        logits[size_t(vocab + vocab - 2)] = 9.0f;
+        logits[size_t(vocab + 5)] = NAN;
+      }
+      if (rows > 2)
+        for (int64_t i = 0; i < vocab; ++i) logits[size_t(2 * vocab + i)] = NAN;
+      DeviceBuffer<float> d(logits);
+      DeviceBuffer<int32_t> out{static_cast<size_t>(rows)}, plain{static_cast<size_t>(rows)};
+      for (int call = 0; call < 2; ++call) {
+        out.poison();
+        cuda::argmax(d.data(), rows, vocab, out.data(), nullptr, ws);
+        cuda::argmax(d.data(), rows, vocab, plain.data(), nullptr);
+        const auto got = out.to_host();
+        EXPECT_EQ(got, plain.to_host());
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* row = logits.data() + r * vocab;
+          int32_t want = 0;  // the first non-NaN maximum; 0 for an all-NaN row
+          for (int64_t i = 0; i < vocab; ++i)
+            if (!std::isnan(row[i]) && (std::isnan(row[want]) || row[i] > row[want])) want = int32_t(i);
+          EXPECT_EQ(got[size_t(r)], want) << "row " << r << " call " << call;
+        }
+      }
+      EXPECT_EQ(tickets.to_host(), std::vector<uint32_t>(size_t(cuda::kArgmaxSplitRows), 0u));
+    }
+  }
+}
+
 // Distinct logits (a permutation of a grid), so the order, hence the choice, is unambiguous; a
 // Llama-3-sized row of random logits besides.
 TEST(GpuSampling, RowsMatchHostReference) {

@@ -171,11 +171,29 @@ class CudaKvPool final : public KvPool {
   cuda_backend::PinnedBuffer<float> host_logits;
   DeviceBuffer<int32_t> argmax_ids;                // (rows) ids chosen on the device
   cuda_backend::PinnedBuffer<int32_t> host_argmax;
+  // The split argmax's partials and tickets (sampling.h's ArgmaxWorkspace), for steps of a few rows.
+  DeviceBuffer<float> argmax_values;
+  DeviceBuffer<int32_t> argmax_part_ids;
+  DeviceBuffer<uint32_t> argmax_tickets;
   void ensure_argmax(int64_t rows) {
+    if (argmax_tickets.size() == 0) {
+      const size_t parts = size_t(cuda::kArgmaxSplitRows) * cuda::kArgmaxMaxSplits;
+      argmax_values = DeviceBuffer<float>(parts);
+      argmax_part_ids = DeviceBuffer<int32_t>(parts);
+      argmax_tickets = DeviceBuffer<uint32_t>(size_t(cuda::kArgmaxSplitRows));
+      argmax_tickets.zero();
+    }
     if (int64_t(argmax_ids.size()) >= rows) return;
     argmax_ids = DeviceBuffer<int32_t>();
     argmax_ids = DeviceBuffer<int32_t>(size_t(pow2_at_least(rows)));
     host_argmax.grow(size_t(pow2_at_least(rows)));
+  }
+  // KILN_ARGMAX_SPLIT=1: the split argmax for steps of a few rows; off by default until it has run
+  // on a device (written in session 25 without one).
+  cuda::ArgmaxWorkspace argmax_workspace() {
+    static const bool split = env_int("KILN_ARGMAX_SPLIT", 0) != 0;
+    if (!split) return {};
+    return {argmax_values.data(), argmax_part_ids.data(), argmax_tickets.data()};
   }
   cuda_backend::DeviceSampler sampler;  // rows with BatchEntry::sampling
   struct Graph {
@@ -210,7 +228,7 @@ void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, co
       pool.sampler.draw(m, device_logits, vocab, entries, row_entries, pool.argmax_ids.data());
     } else {
       m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
-           [&] { cuda::argmax(device_logits, R, vocab, pool.argmax_ids.data(), m.s()); });
+           [&] { cuda::argmax(device_logits, R, vocab, pool.argmax_ids.data(), m.s(), pool.argmax_workspace()); });
     }
     KILN_CUDA_CHECK(cudaMemcpyAsync(pool.host_argmax.data(), pool.argmax_ids.data(), size_t(R) * 4,
                                     cudaMemcpyDeviceToHost, m.s()));

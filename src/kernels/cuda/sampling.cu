@@ -7,6 +7,7 @@
 // 1024 of them. NaN logits are never chosen.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
@@ -59,6 +60,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restric
 }
 
 // Block-wide "better" reduction of each thread's (value, id); every thread gets the winner.
+template <int kBlock = kThreads>
 __device__ __forceinline__ void block_best(float& bv, int& bi, float* sv, int* si) {
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
@@ -68,9 +70,60 @@ __device__ __forceinline__ void block_best(float& bv, int& bi, float* sv, int* s
   if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
   __syncthreads();
   bv = sv[0], bi = si[0];
-  for (int w = 1; w < kThreads / 32; ++w)
+  for (int w = 1; w < kBlock / 32; ++w)
     if (better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
   __syncthreads();  // sv / si may be reused
+}
+
+// Split argmax (rows <= kArgmaxSplitRows): block (split, row) takes a contiguous 1 / splits of the
+// row, 8 loads in flight a thread, and leaves its best (value, id); the last block of the row to
+// finish (a ticket counter, reset by that block) reduces the partials in split order, so ties still
+// go to the lowest id.
+constexpr int kSplitThreads = 256, kSplitUnroll = 8;
+
+__global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const float* __restrict__ logits, int64_t vocab,
+                                                                     ArgmaxWorkspace ws, int32_t* __restrict__ out) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  __shared__ bool last;
+  const int splits = int(gridDim.x), split = int(blockIdx.x), row = int(blockIdx.y);
+  const float* r = logits + int64_t(row) * vocab;
+  const int64_t chunk = (vocab + splits - 1) / splits, begin = split * chunk, end = min(vocab, begin + chunk);
+  float bv = NAN;
+  int bi = 0x7fffffff;
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kSplitThreads * kSplitUnroll) {
+    float v[kSplitUnroll];
+#pragma unroll
+    for (int u = 0; u < kSplitUnroll; ++u) {
+      const int64_t i = i0 + u * kSplitThreads;
+      v[u] = i < end ? r[i] : NAN;
+    }
+#pragma unroll
+    for (int u = 0; u < kSplitUnroll; ++u)
+      if (better(v[u], int(i0 + u * kSplitThreads), bv, bi)) bv = v[u], bi = int(i0 + u * kSplitThreads);
+  }
+  block_best<kSplitThreads>(bv, bi, sv, si);
+  const int slot = row * kArgmaxMaxSplits + split;
+  if (threadIdx.x == 0) {
+    ws.values[slot] = bv;
+    ws.ids[slot] = bi;
+    __threadfence();  // the partial is visible before the ticket says so
+    last = atomicAdd(ws.tickets + row, 1u) == unsigned(splits - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  bv = NAN;
+  bi = 0x7fffffff;
+  if (int(threadIdx.x) < splits) {
+    bv = __ldcg(ws.values + row * kArgmaxMaxSplits + threadIdx.x);
+    bi = __ldcg(ws.ids + row * kArgmaxMaxSplits + threadIdx.x);
+  }
+  block_best<kSplitThreads>(bv, bi, sv, si);
+  if (threadIdx.x == 0) {
+    out[row] = bi == 0x7fffffff ? 0 : bi;
+    ws.tickets[row] = 0;  // ready for the next call (the next kernel in the stream sees it)
+  }
 }
 
 // Sum over the block, in a fixed order (the same bits every run).
@@ -291,9 +344,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream) {
+void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream, ArgmaxWorkspace ws) {
   if (rows == 0) return;
-  argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, out);
+  if (ws.tickets && rows <= kArgmaxSplitRows) {
+    // ~2 blocks a SM of an H200 over all rows, each at least a few thousand logits.
+    const int64_t splits = std::clamp<int64_t>(std::min(264 / rows, vocab / 2048), 1, kArgmaxMaxSplits);
+    argmax_split_kernel<<<dim3(unsigned(splits), unsigned(rows)), kSplitThreads, 0, stream>>>(logits, vocab, ws, out);
+  } else {
+    argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, out);
+  }
   KILN_CUDA_CHECK_LAUNCH();
 }
 

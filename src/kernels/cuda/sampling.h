@@ -24,7 +24,22 @@ namespace kiln::cuda {
 
 constexpr int kSampleMaxK = 1024;
 
-void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream);
+// Scratch for argmax over a few rows: each row is split over several blocks (one 1024-thread block
+// walks a 128k row in ~19 us, one load after another: a batch-1 step's last kernel), and the
+// block of a row that finishes last reduces the partials. `tickets` (argmax_split_rows of them)
+// must be zero when first used; every call leaves them zero.
+struct ArgmaxWorkspace {
+  float* values = nullptr;  // (argmax_split_rows, kArgmaxMaxSplits)
+  int32_t* ids = nullptr;   // the same
+  uint32_t* tickets = nullptr;
+};
+constexpr int kArgmaxMaxSplits = 64;
+// Rows up to which argmax splits them (beyond, a block per row fills the GPU on its own).
+constexpr int64_t kArgmaxSplitRows = 32;
+
+// Greedy ids of `rows` rows; `ws` (optional: without it a block per row) for rows <= kArgmaxSplitRows.
+void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream,
+            ArgmaxWorkspace ws = {});
 
 // One row's draw. Penalties (runtime/sampler.cpp's formulas) apply to the ids in
 // pen_ids[pen_begin, pen_end) with their counts in the history window.
