@@ -33,6 +33,10 @@ throughput() {  # tag, kv cache, env...
 declare -A tp
 configs=("bf16 bf16" "fp8 fp8" "fp8_vec fp8 KILN_ROPE_QUANT_VEC=1" "int8 int8" "int8_vec int8 KILN_ROPE_QUANT_VEC=1"
          "int8_slices int8 KILN_ATTN_Q8_SLICES=2")
+# KILN_PENDING_SHORT=1 (a device call with less time left): no int8 + vec run, no profiles.
+SHORT="${KILN_PENDING_SHORT:-0}"
+[ "$SHORT" = 1 ] && configs=("bf16 bf16" "fp8 fp8" "fp8_vec fp8 KILN_ROPE_QUANT_VEC=1" "int8 int8"
+                             "int8_slices int8 KILN_ATTN_Q8_SLICES=2")
 for r in 1 2; do
   for c in "${configs[@]}"; do
     read -r tag kv envs <<<"$c"
@@ -46,8 +50,10 @@ profile() {  # tag, args...
   "$K" profile --random llama3-8b --kv-cache fp8 "$@" >"$OUT/profile_$tag.log" 2>&1
   KILN_ROPE_QUANT_VEC=1 "$K" profile --random llama3-8b --kv-cache fp8 "$@" >"$OUT/profile_${tag}_vec.log" 2>&1
 }
-profile decode_b2048 -b 2048 -c 192
-profile admission -b 1024 -c 160 --prompts 64 --prompt-len 128
+if [ "$SHORT" != 1 ]; then
+  profile decode_b2048 -b 2048 -c 192
+  profile admission -b 1024 -c 160 --prompts 64 --prompt-len 128
+fi
 
 echo
 echo "== summary"
@@ -58,6 +64,7 @@ for c in "${configs[@]}"; do
   printf "  %-12s %-20s %s\n" "$tag" "${envs:-}" "${tp[$tag]}"
 done
 for f in decode_b2048 decode_b2048_vec admission admission_vec; do
+  [ -f "$OUT/profile_$f.log" ] || continue
   echo "profile $f: $(grep -h 'sum of kernels' "$OUT/profile_$f.log" | sed 's/ (.*//')"
   grep -hE "^\| (rope_qkv|attention.decode|attention.prefill|kv_dequantize) " "$OUT/profile_$f.log" |
     awk -F'|' '{printf "    %-20s %10s us\n", $2, $4}'
