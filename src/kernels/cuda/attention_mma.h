@@ -75,8 +75,8 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 
 // Asynchronously loads rows [0, R) of a tile: row r comes from row_ptr(r) (a bf16 pointer, only
 // called for valid rows), chunks at or past d / 8 and rows at or past n_rows are zero-filled.
-// Row skip_row (if any) is left alone, not even zero-filled: a later copy writes it (the streaming
-// decode kernel's newest position, which the kernel before it writes).
+// Row skip_row (if any) is left alone, not even zero-filled: a later copy writes it (the decode
+// kernels' newest position, which the kernel before them writes; attention_decode_walk.cuh).
 template <int D, int R, int kThreads, typename RowPtr>
 __device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, RowPtr row_ptr, const bf16* any,
                                                 int tid, int skip_row = -1) {
@@ -100,9 +100,9 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, int n_rows, int d, R
 
 // Paged K/V tiles (kv_layout.h's paged form) of R positions: fetch() loads into registers the
 // block ids of the rows this thread copies (one id per row, shared by K and V), load() issues the
-// cp.async copies of a fetched tile (skip_row as load_tile_async's). Callers fetch the ids of the tile after the one they load
+// cp.async copies of a fetched tile. Callers fetch the ids of the tile after the one they load
 // next, so the block-table latency overlaps a tile's compute instead of stalling the copies.
-// Same zero-fill rules as load_tile_async.
+// Same zero-fill and skip_row rules as load_tile_async.
 template <int D, int R, int kThreads>
 struct PagedTileLoader {
   static constexpr int kChunks = D / 8, kIters = (R * kChunks + kThreads - 1) / kThreads;
