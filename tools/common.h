@@ -42,7 +42,7 @@ LoadedModel load_with_progress(const std::string& path, ThreadPool& pool);
 // The backend of --device (and --ubatch for CUDA); the model's weights move into it.
 std::unique_ptr<Backend> make_backend(const ModelOptions& options, LoadedModel& model, ThreadPool& pool);
 
-// The whole of a stream or a file (kiln::Error io naming `what` and the path when it cannot be read).
+// The whole of a stream (files: core/text_file.h's read_text_file).
 std::string read_all(std::istream& in);
 
 // The chat template to use: --chat-template's value (a file path, else the Jinja text itself)

@@ -28,6 +28,7 @@
 #include <map>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/device_argmax.h"
 #include "backend/cuda/device_sampler.h"
 #include "core/argmax.h"
 #include "core/check.h"
@@ -169,32 +170,7 @@ class CudaKvPool final : public KvPool {
   cuda_backend::PinnedBuffer<int32_t> host_meta;
   DeviceBuffer<float> workspace;              // flash-decoding partials
   cuda_backend::PinnedBuffer<float> host_logits;
-  DeviceBuffer<int32_t> argmax_ids;                // (rows) ids chosen on the device
-  cuda_backend::PinnedBuffer<int32_t> host_argmax;
-  // The split argmax's partials and tickets (sampling.h's ArgmaxWorkspace), for steps of a few rows.
-  DeviceBuffer<float> argmax_values;
-  DeviceBuffer<int32_t> argmax_part_ids;
-  DeviceBuffer<uint32_t> argmax_tickets;
-  void ensure_argmax(int64_t rows) {
-    if (argmax_tickets.size() == 0) {
-      const size_t parts = size_t(cuda::kArgmaxSplitRows) * cuda::kArgmaxMaxSplits;
-      argmax_values = DeviceBuffer<float>(parts);
-      argmax_part_ids = DeviceBuffer<int32_t>(parts);
-      argmax_tickets = DeviceBuffer<uint32_t>(size_t(cuda::kArgmaxSplitRows));
-      argmax_tickets.zero();
-    }
-    if (int64_t(argmax_ids.size()) >= rows) return;
-    argmax_ids = DeviceBuffer<int32_t>();
-    argmax_ids = DeviceBuffer<int32_t>(size_t(pow2_at_least(rows)));
-    host_argmax.grow(size_t(pow2_at_least(rows)));
-  }
-  // KILN_ARGMAX_SPLIT=1: the split argmax for steps of a few rows; off by default until it has run
-  // on a device (written in session 25 without one).
-  cuda::ArgmaxWorkspace argmax_workspace() {
-    static const bool split = env_int("KILN_ARGMAX_SPLIT", 0) != 0;
-    if (!split) return {};
-    return {argmax_values.data(), argmax_part_ids.data(), argmax_tickets.data()};
-  }
+  cuda_backend::DeviceArgmax argmax;    // greedy ids of the rows
   cuda_backend::DeviceSampler sampler;  // rows with BatchEntry::sampling
   struct Graph {
     bool warmed = false;  // ran eagerly once with this shape
@@ -223,14 +199,14 @@ void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, co
   }
   if (!all_on_device) logits.resize(size_t(R * vocab));
   if (argmax && R > 0) {
-    pool.ensure_argmax(R);
+    pool.argmax.ensure(R);
     if (sampled) {
-      pool.sampler.draw(m, device_logits, vocab, entries, row_entries, pool.argmax_ids.data());
+      pool.sampler.draw(m, device_logits, vocab, entries, row_entries, pool.argmax.ids.data());
     } else {
       m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
-           [&] { cuda::argmax(device_logits, R, vocab, pool.argmax_ids.data(), m.s(), pool.argmax_workspace()); });
+           [&] { cuda::argmax(device_logits, R, vocab, pool.argmax.ids.data(), m.s(), pool.argmax.workspace()); });
     }
-    KILN_CUDA_CHECK(cudaMemcpyAsync(pool.host_argmax.data(), pool.argmax_ids.data(), size_t(R) * 4,
+    KILN_CUDA_CHECK(cudaMemcpyAsync(pool.argmax.host.data(), pool.argmax.ids.data(), size_t(R) * 4,
                                     cudaMemcpyDeviceToHost, m.s()));
   }
   // Contiguous runs of rows that must come back, one copy each.
@@ -246,7 +222,7 @@ void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, co
     r = end;
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
-  if (argmax) argmax->assign(pool.host_argmax.data(), pool.host_argmax.data() + R);
+  if (argmax) argmax->assign(pool.argmax.host.data(), pool.argmax.host.data() + R);
 }
 
 // ---- host-side plan of a step -----------------------------------------------------------------

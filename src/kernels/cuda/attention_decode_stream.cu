@@ -108,21 +108,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   fetch_ids();
   const StreamCursor first = rq;
   if (prologue.early_rows && first.b < batch && first.n_tiles <= kStages - 1) {
-    // The first pair fits the ring's first slots (a batch-1 step at up to 128 positions): all of
-    // its K/V but the newest position -- written by this step's qkv kernel -- loads before the wait,
-    // under that kernel's tail, and only q and the newest row after it.
-    const int newest = first.len - 1;
+    const int newest = first.len - 1;  // its paged address looked up before the wait
     const int64_t newest_off = threadIdx.x < 2 * (D / 8) ? kv.offset_as<kPaged>(first.b, newest, first.kvh) : 0;
-    for (int st = 0; st < first.n_tiles; ++st) request(st, /*with_q=*/false, /*skip_newest=*/true);
-    pdl_wait();
-    if (!prologue.late_release) pdl_launch_dependents();
-    load_q(0, first.b, first.kvh);
-    const int last = first.n_tiles - 1;
-    load_newest_row<D>(kv, newest_off, k_stage(last), v_stage(last), newest - last * kTileKv, d, int(threadIdx.x));
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    for (int st = first.n_tiles; st < kStages - 1; ++st) request(st);
+    auto load_newest = [&](int st) {
+      load_newest_row<D>(kv, newest_off, k_stage(st), v_stage(st), newest - st * kTileKv, d, int(threadIdx.x));
+    };
+    stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); },
+                                        !prologue.late_release);
   } else {
     stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); }, !prologue.late_release);
   }

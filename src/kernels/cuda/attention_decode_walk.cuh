@@ -126,6 +126,24 @@ __device__ __forceinline__ void stream_prologue(StreamCursor first, int batch, R
   }
 }
 
+// stream_prologue's form for a first pair that fits the ring's first kSlots - 1 slots (a batch-1
+// step at short context; DecodeStreamPrologue::early_rows): all of its tiles before the wait but
+// the newest position, then q and that one row after it, both just written by the kernel before
+// (L2). request(slot, with_q, skip_newest), load_q(slot, b, kvh), load_newest(slot): the kernel's.
+template <int kSlots, class Request, class LoadQ, class LoadNewest, class Sync>
+__device__ __forceinline__ void stream_prologue_early_rows(StreamCursor first, Request&& request, LoadQ&& load_q,
+                                                           LoadNewest&& load_newest, Sync&& sync, bool release) {
+  for (int st = 0; st < first.n_tiles; ++st) request(st, /*with_q=*/false, /*skip_newest=*/true);
+  pdl_wait();
+  if (release) pdl_launch_dependents();
+  load_q(0, first.b, first.kvh);
+  load_newest(first.n_tiles - 1);
+  cp_async_commit();
+  cp_async_wait<0>();
+  sync();
+  for (int st = first.n_tiles; st < kSlots - 1; ++st) request(st, true, false);
+}
+
 // A worker's request of rq's tile into slot st as one cp.async group -- an empty one past the end,
 // so the group count per iteration stays fixed -- with the pair's q when it is the pair's first
 // tile (unless with_q is false: the prologue before pdl_wait loads it later); then rq moves on and

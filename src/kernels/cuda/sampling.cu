@@ -347,8 +347,14 @@ __global__ void __launch_bounds__(kThreads)
 void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream, ArgmaxWorkspace ws) {
   if (rows == 0) return;
   if (ws.tickets && rows <= kArgmaxSplitRows) {
-    // ~2 blocks a SM of an H200 over all rows, each at least a few thousand logits.
-    const int64_t splits = std::clamp<int64_t>(std::min(264 / rows, vocab / 2048), 1, kArgmaxMaxSplits);
+    // ~2 blocks a SM over all rows, each at least a few thousand logits.
+    static const int64_t sms = [] {
+      int dev = 0, n = 0;
+      KILN_CUDA_CHECK(cudaGetDevice(&dev));
+      KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+      return int64_t(n);
+    }();
+    const int64_t splits = std::clamp<int64_t>(std::min(2 * sms / rows, vocab / 2048), 1, kArgmaxMaxSplits);
     argmax_split_kernel<<<dim3(unsigned(splits), unsigned(rows)), kSplitThreads, 0, stream>>>(logits, vocab, ws, out);
   } else {
     argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, out);

@@ -1,0 +1,45 @@
+// The buffers a batched step's greedy ids go through: one device id a row, its pinned host copy,
+// and the split argmax's partials and tickets (kernels/cuda/sampling.h's ArgmaxWorkspace) for steps
+// of a few rows. They grow and are reused from step to step.
+#pragma once
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "core/env.h"
+#include "kernels/cuda/sampling.h"
+
+namespace kiln::cuda_backend {
+
+struct DeviceArgmax {
+  DeviceBuffer<int32_t> ids;   // (rows) ids chosen on the device
+  PinnedBuffer<int32_t> host;  // their copy on the host
+
+  // Room for `rows` ids; the split scratch once (its tickets start zeroed, as the kernel needs).
+  void ensure(int64_t rows) {
+    if (tickets_.size() == 0) {
+      const size_t parts = size_t(cuda::kArgmaxSplitRows) * cuda::kArgmaxMaxSplits;
+      values_ = DeviceBuffer<float>(parts);
+      part_ids_ = DeviceBuffer<int32_t>(parts);
+      tickets_ = DeviceBuffer<uint32_t>(size_t(cuda::kArgmaxSplitRows));
+      tickets_.zero();
+    }
+    if (int64_t(ids.size()) >= rows) return;
+    ids = DeviceBuffer<int32_t>();
+    ids = DeviceBuffer<int32_t>(size_t(pow2_at_least(rows)));
+    host.grow(size_t(pow2_at_least(rows)));
+  }
+
+  // The split argmax's scratch with KILN_ARGMAX_SPLIT=1, else none (a block a row): off by default
+  // until it has run on a device (written in session 25 without one).
+  cuda::ArgmaxWorkspace workspace() {
+    static const bool split = env_int("KILN_ARGMAX_SPLIT", 0) != 0;
+    if (!split) return {};
+    return {values_.data(), part_ids_.data(), tickets_.data()};
+  }
+
+ private:
+  DeviceBuffer<float> values_;
+  DeviceBuffer<int32_t> part_ids_;
+  DeviceBuffer<uint32_t> tickets_;
+};
+
+}  // namespace kiln::cuda_backend
