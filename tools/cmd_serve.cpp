@@ -29,6 +29,8 @@ struct ServeOptions {
 void serve(ServeOptions& o) {
   KILN_CHECK(o.http.max_body_bytes > 0, invalid_argument, "--max-body-bytes must be positive");
   KILN_CHECK(o.http.max_concurrent_requests > 0, invalid_argument, "--max-concurrent-requests must be positive");
+  KILN_CHECK(o.http.max_connections > 0, invalid_argument, "--max-connections must be positive");
+  KILN_CHECK(o.idle_timeout_s > 0, invalid_argument, "--idle-timeout must be positive");
   if (o.kv_cache_mb > 0) o.engine.kv_cache_bytes = o.kv_cache_mb << 20;
   o.engine.batch_wait = std::chrono::milliseconds(o.batch_wait_ms);
   o.http.drain_timeout = std::chrono::seconds(o.drain_timeout_s);
@@ -100,6 +102,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-waiting", o->engine.max_waiting, "Queued requests beyond this get 503")->capture_default_str();
   cmd->add_option("--max-concurrent-requests", o->http.max_concurrent_requests,
                   "HTTP generation requests in flight; more get 429 + Retry-After")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->http.max_connections, "Open connections; more get 503 + Retry-After")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "Larger request bodies get 413")->capture_default_str();
   cmd->add_option("--http-threads", o->http.http_threads, "I/O threads")->capture_default_str();

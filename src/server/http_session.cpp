@@ -55,10 +55,15 @@ void HttpSession::do_read() {
 }
 
 void HttpSession::on_read(beast::error_code ec, size_t) {
-  if (ec == http::error::body_limit || ec == http::error::header_limit) {
+  if (ec == http::error::body_limit) {
     keep_alive_ = false;
     send_error(ApiError(413, "invalid_request_error",
                         fmt::format("the request is too large (the limit is {} bytes)", state_.options.max_body_bytes)));
+    return;
+  }
+  if (ec == http::error::header_limit) {  // Beast's parser caps the request line and headers at 8 KiB
+    keep_alive_ = false;
+    send_error(ApiError(431, "invalid_request_error", "the request line and headers are too large (8 KiB at most)"));
     return;
   }
   if (ec) {  // end of stream, timeout, reset, or a malformed request line

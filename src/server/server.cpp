@@ -28,6 +28,7 @@ struct Server::State {
   tcp::acceptor acceptor{ioc};
   net::signal_set signals{ioc, SIGINT, SIGTERM};
   net::steady_timer drain_timer{ioc};
+  net::steady_timer accept_retry{ioc};
   std::vector<std::thread> threads;
   std::chrono::steady_clock::time_point drain_deadline;
   int signals_seen = 0;
@@ -46,7 +47,12 @@ void Server::State::do_accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-      do_accept();  // e.g. EMFILE: keep serving the connections we have
+      // E.g. EMFILE: keep serving the connections we have, and retry later rather than at once
+      // (the failing accept would return immediately and spin an I/O thread).
+      accept_retry.expires_after(std::chrono::milliseconds(50));
+      accept_retry.async_wait([this](boost::system::error_code wait_ec) {
+        if (!wait_ec) do_accept();
+      });
       return;
     }
     if (shared.connections.load() >= shared.options.max_connections) {
@@ -100,6 +106,7 @@ void Server::State::check_drained() {
 void Server::State::stop() {
   boost::system::error_code ec;
   acceptor.close(ec);
+  accept_retry.cancel();
   signals.cancel(ec);
   work.reset();
   ioc.stop();
