@@ -1,4 +1,4 @@
-# Sourced by the scripts that run on the GPU machine (gpu_suite.sh, gpu_pending.sh, decode_ab.sh):
+# Sourced by the scripts that run on the GPU machine (gpu_suite.sh, tg_env_ab.sh, decode_ab.sh):
 #   source scripts/gpu_env.sh DIR
 # DIR is a build folder or a bundle (scripts/gpu_bundle.sh); a bundle carried packed as DIR.tgz is
 # unpacked first. Sets LD_LIBRARY_PATH (kiln's shared library and libcupti, kiln profile's kernel

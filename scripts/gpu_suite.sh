@@ -54,16 +54,13 @@ done
   >"$OUT/profile_pp2048.log" 2>&1 || status=1
 "$K" bench throughput --random llama3-8b --num-prompts 2048 --input-len 128 --output-len 128 --max-num-seqs 2048 \
   --max-num-batched-tokens 8192 --temperature 0 --json "$OUT/throughput.json" >"$OUT/throughput.log" 2>&1 || status=1
-# The same with 8-bit KV caches (session 23: the 8-bit slice decode attention); fp8 again with the
-# 16-byte quantizing K/V write (kv_quant_vec.cu, off by default until measured here).
+# The same with 8-bit KV caches (the 8-bit slice decode attention and the 16-byte quantizing K/V
+# write, both default since session 26).
 for kv in fp8 int8; do
   "$K" bench throughput --random llama3-8b --num-prompts 2048 --input-len 128 --output-len 128 --max-num-seqs 2048 \
     --max-num-batched-tokens 8192 --temperature 0 --kv-cache $kv --json "$OUT/throughput_kv_$kv.json" \
     >"$OUT/throughput_kv_$kv.log" 2>&1 || status=1
 done
-KILN_ROPE_QUANT_VEC=1 "$K" bench throughput --random llama3-8b --num-prompts 2048 --input-len 128 --output-len 128 \
-  --max-num-seqs 2048 --max-num-batched-tokens 8192 --temperature 0 --kv-cache fp8 \
-  --json "$OUT/throughput_kv_fp8_ropevec.json" >"$OUT/throughput_kv_fp8_ropevec.log" 2>&1 || status=1
 "$K" bench --random llama3-8b -p 512,2048 -n 128 -r 3 --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || status=1
 # Quantized projections (issue #10): the same shape with random int8 / int4 / fp8 weights.
 for q in int8 int4 fp8; do
@@ -120,7 +117,7 @@ echo "== end to end (Llama-3-8B shape, bf16)"
 tail -1 "$OUT/profile_calibrate.log" 2>/dev/null
 grep -h "sum of kernels" "$OUT"/profile_*.log 2>/dev/null
 grep -h "^Throughput" "$OUT/throughput.log" 2>/dev/null
-for f in throughput_kv_fp8 throughput_kv_int8 throughput_kv_fp8_ropevec; do
+for f in throughput_kv_fp8 throughput_kv_int8; do
   echo "$f: $(grep -h "^Throughput" "$OUT/$f.log" 2>/dev/null)"
 done
 grep -hE "^\|\s+(pp|tg)" "$OUT/bench.log" 2>/dev/null

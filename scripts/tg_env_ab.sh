@@ -2,7 +2,7 @@
 # Batch-1 decode (tg128) under several environment settings, same binary, rounds interleaved so
 # every setting sees the same machine; for switches that change how a decode step's kernels start
 # or release each other, where only the end-to-end step tells.
-#   scripts/tg_env_ab.sh BUNDLE ROUNDS NAME=ENV[,ENV...] ...      e.g. base=KILN_NOTHING=0 early=KILN_ATTN_EARLY_ROWS=1
+#   scripts/tg_env_ab.sh BUNDLE ROUNDS NAME=ENV[,ENV...] ...      e.g. base=KILN_NOTHING=0 off=KILN_ATTN_EARLY_ROWS=0
 # Llama-3-8B shape with random weights: bf16, int8 with an int8 head, int4 with an int4 head
 # (KILN_TG_FORMATS to choose: "bf16 int8 int4"; KILN_TG_ARGS adds bench flags, e.g. "-d 4096").
 # Logs under $OUT (default ./gpu-out); a line a run, then a table.

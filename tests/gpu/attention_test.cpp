@@ -242,9 +242,9 @@ TEST(GpuAttention, DecodeStreamEqualsTheSplitKernelBitwise) {
   }
 }
 
-// The streaming kernel's prologue choices (DecodeStreamPrologue): the first pair's K/V but its
-// newest row loaded before the wait, the dependent released at exit. They change when loads are
-// issued, not what lands in shared memory, so the outputs are the same bits. A batch-1-like step
+// The streaming kernel's prologue choice (DecodeStreamPrologue): the first pair's K/V but its
+// newest row loaded before the wait. It changes when loads are issued, not what lands in shared
+// memory, so the outputs are the same bits. A batch-1-like step
 // (few sequences, capacity <= 256: one split block per pair, first pairs of 1..2 tiles, the newest
 // row at the start, middle and end of a tile) and 400 sequences (first pairs of 1..5 tiles).
 TEST(GpuAttention, DecodeStreamPrologueChoicesBitwise) {
@@ -260,17 +260,13 @@ TEST(GpuAttention, DecodeStreamPrologueChoicesBitwise) {
       plain.stream = 1;
       plain.slices = 0;
       plain.early_rows = 0;
-      plain.late_release = 0;
       const std::vector<float> a = c.outputs(plain);
-      for (auto [early, late] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}}) {
-        cuda::DecodeTuning t = plain;
-        t.early_rows = early;
-        t.late_release = late;
-        const std::vector<float> b = c.outputs(t);
-        ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "early " << early << " late " << late;
-        c.run(t);
-      }
+      cuda::DecodeTuning early = plain;
+      early.early_rows = 1;
+      const std::vector<float> b = c.outputs(early);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      c.run(early);
     }
   }
 }

@@ -104,11 +104,9 @@ struct DecodeTuning {
   // -1: from kDecodeSlicesPairsPer8Warps pairs per 8 resident warps on, unless KILN_ATTN_DECODE_SLICES=0;
   // 0: never; 1: at any batch (the lab's measure of the threshold).
   int slices = -1;
-  // How the kernels start under PDL (attention_decode_stream.h's DecodeStreamPrologue; early_rows
-  // applies to the split kernel too): -1 takes KILN_ATTN_EARLY_ROWS / KILN_ATTN_LATE_RELEASE (both
-  // off unless set to 1), 0 off, 1 on.
+  // How the kernels start under PDL (attention_decode_stream.h's DecodeStreamPrologue; applies to
+  // the split kernel too): -1 on unless KILN_ATTN_EARLY_ROWS=0, 0 off, 1 on.
   int early_rows = -1;
-  int late_release = -1;
 };
 void attention_decode_tuned(const DecodeTuning& tune, const bf16* q, KvLayout kv, const int32_t* kv_len,
                             int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,

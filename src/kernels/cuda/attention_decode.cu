@@ -355,10 +355,9 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   static const bool stream_env = env_switch_on("KILN_ATTN_DECODE_STREAM");
   static const bool split_pdl_env = env_switch_on("KILN_ATTN_SPLIT_PDL");
   const bool split_pdl = pdl_ok && (tune.split_pdl < 0 ? split_pdl_env : tune.split_pdl != 0);
-  static const int early_env = env_int("KILN_ATTN_EARLY_ROWS", 0), late_env = env_int("KILN_ATTN_LATE_RELEASE", 0);
-  DecodeStreamPrologue prologue;  // late_release: the streaming kernel only
-  prologue.early_rows = (tune.early_rows < 0 ? early_env : tune.early_rows) != 0;
-  prologue.late_release = (tune.late_release < 0 ? late_env : tune.late_release) != 0;
+  static const bool early_env = env_switch_on("KILN_ATTN_EARLY_ROWS");
+  DecodeStreamPrologue prologue;
+  prologue.early_rows = tune.early_rows < 0 ? early_env : tune.early_rows != 0;
   // (Only with the default 3 stages: the other counts are the split kernel's tunings, for the lab.)
   if (P == 1 && kStages == 3 && (tune.stream < 0 ? stream_env : tune.stream != 0) &&
       decode_stream_applies(n_heads, n_kv_heads, head_dim) &&

@@ -36,9 +36,8 @@ void attention_decode_slices(const bf16* q, const KvLayout& kv, const int32_t* k
 // The same schedule over the 8-bit cache (attention_decode_q8_slices.cu, session 23): how it fits
 // (zero blocks where it does not apply: more than 8 query heads per KV head, head_dim % 16 != 0),
 // and the call. attention_decode_q8 takes it for fp8 caches by the bf16 kernel's rule
-// (kDecodeSlicesPairsPer8Warps, two blocks a SM) unless KILN_ATTN_Q8_SLICES=0; int8 caches keep the
-// split kernel by default until the int8 step has passed a device run (attention_decode_q8.cu,
-// KILN_ATTN_Q8_SLICES=2 takes it for them too). variant: 1 = 4 slots a warp at 2 blocks a SM,
+// (kDecodeSlicesPairsPer8Warps, two blocks a SM) for fp8 and int8 caches (KILN_ATTN_Q8_SLICES=0:
+// never, 1: fp8 only; attention_decode_q8.cu). variant: 1 = 4 slots a warp at 2 blocks a SM,
 // 2 = 3 slots at 3 blocks; 0 = kQ8SlicesDefaultVariant.
 constexpr int kQ8SlicesDefaultVariant = 2;
 DecodeSlicesFit decode_q8_slices_fit(KvQuant quant, int n_heads, int n_kv_heads, int head_dim, bool paged,

@@ -113,10 +113,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto load_newest = [&](int st) {
       load_newest_row<D>(kv, newest_off, k_stage(st), v_stage(st), newest - st * kTileKv, d, int(threadIdx.x));
     };
-    stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); },
-                                        !prologue.late_release);
+    stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); });
   } else {
-    stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); }, !prologue.late_release);
+    stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); });
   }
 
   uint32_t qf[D / 16][4];

@@ -19,15 +19,13 @@ bool decode_stream_applies(int n_heads, int n_kv_heads, int head_dim);
 // kernel only where two do: one block a SM was never measured against the split kernel's two).
 int decode_stream_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim, bool paged);
 
-// How a block starts its stream under PDL (both off by default; DecodeTuning's early_rows and
-// late_release, KILN_ATTN_EARLY_ROWS / KILN_ATTN_LATE_RELEASE):
+// How a block starts its stream under PDL (DecodeTuning::early_rows, KILN_ATTN_EARLY_ROWS; on by
+// default since session 26 measured it):
 //   early_rows: when a block's first pair fits the ring's first slots (at most 128 positions), all
 //     of its K/V but the newest position loads before pdl_wait, not after it (the split kernel, by
-//     the same switch: all of its tile holding the newest position but that position);
-//   late_release: the kernel after this one launches as the blocks exit, not once they are past
-//     their wait (whose weight loads then no longer compete with this kernel's).
+//     the same switch: all of its tile holding the newest position but that position).
 struct DecodeStreamPrologue {
-  bool early_rows = false, late_release = false;
+  bool early_rows = true;
 };
 
 // attention_decode's contract with every sequence whole in one block (no workspace, no combine).

@@ -34,8 +34,8 @@ void rope_qkv_quant(const bf16* qkv, const int32_t* positions, const int32_t* sl
 
 // rope_qkv_quant's 16-byte-a-thread form for many tokens (kv_quant_vec.cu, session 23): the same
 // bits; false (nothing launched) where it does not apply (partial rotation, a token's 16-byte items
-// not a multiple of 32, unaligned rows). rope_qkv_quant takes it from 64 tokens on only with
-// KILN_ROPE_QUANT_VEC=1 (rope_qkv_quant_vec_default) until it has been measured on a device.
+// not a multiple of 32, unaligned rows). rope_qkv_quant takes it from 64 tokens on unless
+// KILN_ROPE_QUANT_VEC=0 (rope_qkv_quant_vec_default; session 26: 2x the per-token kernel's rate).
 bool rope_qkv_quant_vec(const bf16* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
                         const float* inv_freq, int rot_dim, bool interleaved, int n_heads, int n_kv_heads,
                         int head_dim, bf16* q_out, KvLayout kv, cudaStream_t stream, const float2* cos_sin = nullptr,
