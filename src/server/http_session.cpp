@@ -290,7 +290,7 @@ void HttpSession::flush() {
     // The response is out: the next request, or the end of the connection.
     job_.reset();
     if (!keep_alive_ || state_.draining) {
-      close();
+      close_after_response();
       return;
     }
     do_read();
@@ -320,6 +320,34 @@ void HttpSession::close() {
   beast::error_code ec;
   stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
   stream_.socket().close(ec);
+}
+
+void HttpSession::close_after_response() {
+  if (closed_) return;
+  closed_ = true;
+  beast::error_code ec;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  if (ec) {
+    stream_.socket().close(ec);
+    return;
+  }
+  // Closing with request bytes unread (the rest of a body over --max-body-bytes, a pipelined
+  // request after a malformed one) makes the kernel reset the connection, and a reset can destroy
+  // the response still in flight to the client. So read and discard until the client closes, for
+  // at most a second.
+  stream_.expires_after(std::chrono::seconds(1));
+  drain_input();
+}
+
+void HttpSession::drain_input() {
+  stream_.async_read_some(net::buffer(drain_scratch_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) {
+      beast::error_code ignored;
+      self->stream_.socket().close(ignored);
+      return;
+    }
+    self->drain_input();
+  });
 }
 
 }  // namespace kiln::server

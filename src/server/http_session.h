@@ -5,6 +5,7 @@
 #pragma once
 
 #include <utility>  // before Boost 1.74 Asio, whose awaitable.hpp uses std::exchange without it
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,7 +48,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_write(boost::beast::error_code ec, size_t bytes);
   void watch_disconnect();
   void client_gone();
-  void close();
+  void close();                 // at once (the client is gone, or never sent a request)
+  void close_after_response();  // lingering: the client's unread bytes are drained first
+  void drain_input();
   bool authorized(const Request& req) const;
 
   boost::beast::tcp_stream stream_;
@@ -55,6 +58,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   SharedState& state_;
   std::string out_, writing_;
+  std::array<char, 4096> drain_scratch_{};
   bool writing_now_ = false;
   bool response_ended_ = false;
   bool keep_alive_ = true;
