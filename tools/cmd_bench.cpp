@@ -17,6 +17,7 @@
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
+#include "kernels/cuda/attention_decode_trace.h"
 #endif
 
 namespace kiln::cli {
@@ -141,6 +142,7 @@ void run(const BenchOptions& o) {
     report(o.depth ? fmt::format("tg{}@d{}", ng, o.depth) : fmt::format("tg{}", ng), seconds, ng, ng, total);
 #ifdef KILN_HAVE_CUDA
     if (auto* cb = dynamic_cast<CudaBackend*>(backend.get())) fmt::print("{}", cb->megakernel_trace_report());
+    fmt::print("{}", cuda::decode_stream_trace_report());  // KILN_ATTN_STREAM_TRACE=1
 #endif
   }
 

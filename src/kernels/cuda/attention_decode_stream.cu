@@ -34,6 +34,7 @@
 #include "core/env.h"
 #include "kernels/cuda/attention_decode_occupancy.h"
 #include "kernels/cuda/attention_decode_stream.h"
+#include "kernels/cuda/attention_decode_trace.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/pdl.cuh"
@@ -64,12 +65,42 @@ __device__ __forceinline__ void load_q_frags8(uint32_t (&qf)[D / 16][4], const b
   for (int kk = 0; kk < D / 16; ++kk) attn::ldmatrix_x4(qf[kk], qs + attn::swz<D>(r, kk * 2 + (lane >> 4)));
 }
 
+// KILN_ATTN_STREAM_TRACE (attention_decode_trace.h): thread 0 of the first blocks writes its
+// record. (Written before pdl_wait too: no kernel reads the trace, so the PDL contract's "writes
+// nothing before the wait" is not at stake.)
+struct BlockTrace {
+  uint64_t* r;  // this block's record, or nullptr
+  __device__ explicit BlockTrace(uint64_t* trace)
+      : r(trace && threadIdx.x == 0 && blockIdx.x < DecodeStreamTrace::kBlocks
+              ? trace + blockIdx.x * DecodeStreamTrace::kWords
+              : nullptr) {}
+  __device__ void cycles(int word) const {
+    if (r) r[word] = clock64();
+  }
+  __device__ void ns(int word) const {
+    if (!r) return;
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    r[word] = t;
+  }
+  __device__ void sm() const {
+    if (!r) return;
+    uint32_t id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    r[DecodeStreamTrace::kSm] = id;
+  }
+};
+
 template <int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads, 2)
     decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                          bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
-                         float scale_log2, DecodeStreamPrologue prologue) {
+                         float scale_log2, DecodeStreamPrologue prologue, uint64_t* __restrict__ trace) {
   using namespace attn;
+  const BlockTrace bt(trace);
+  bt.ns(DecodeStreamTrace::kEntryNs);
+  bt.cycles(DecodeStreamTrace::kEntry);
+  bt.sm();
   extern __shared__ uint4 smem_raw[];
   bf16* const stages = reinterpret_cast<bf16*>(smem_raw);
   float* const ms = reinterpret_cast<float*>(stages + kStages * kStageElems<D>);  // (4, group)
@@ -113,10 +144,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto load_newest = [&](int st) {
       load_newest_row<D>(kv, newest_off, k_stage(st), v_stage(st), newest - st * kTileKv, d, int(threadIdx.x));
     };
-    stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); });
+    stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); },
+                                        [&] { bt.cycles(DecodeStreamTrace::kAfterWait); });
   } else {
     stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); });
   }
+  bt.cycles(DecodeStreamTrace::kPrologueDone);
 
   uint32_t qf[D / 16][4];
   float m[2], l[2], o[D / 8][4];
@@ -153,7 +186,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     ++cc.tile;
     walk.settle(cc);
   }
+  bt.cycles(DecodeStreamTrace::kTilesDone);
   cp_async_wait<0>();
+  bt.ns(DecodeStreamTrace::kExitNs);
+  bt.cycles(DecodeStreamTrace::kExit);
 }
 
 // The kernel's attribute and its blocks per SM for each group size, set up once per instantiation.
@@ -174,7 +210,7 @@ void launch_stream(const bf16* q, const KvLayout& kv, const int32_t* kv_len, bf1
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   launch_maybe_pdl(pdl, decode_stream_kernel<D, kPaged>, dim3(unsigned(blocks)), dim3(kThreads),
                    stream_smem_bytes<D>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group, head_dim,
-                   int(batch), scale_log2, prologue);
+                   int(batch), scale_log2, prologue, decode_stream_trace_next_slot());
   KILN_CUDA_CHECK_LAUNCH();
 }
 

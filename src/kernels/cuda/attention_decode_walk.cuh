@@ -130,12 +130,15 @@ __device__ __forceinline__ void stream_prologue(StreamCursor first, int batch, R
 // stream_prologue's form for a first pair that fits the ring's first kSlots - 1 slots (a batch-1
 // step at short context; DecodeStreamPrologue::early_rows): all of its tiles before the wait but
 // the newest position, then q and that one row after it, both just written by the kernel before
-// (L2). request(slot, with_q, skip_newest), load_q(slot, b, kvh), load_newest(slot): the kernel's.
-template <int kSlots, class Request, class LoadQ, class LoadNewest, class Sync>
+// (L2). request(slot, with_q, skip_newest), load_q(slot, b, kvh), load_newest(slot): the kernel's;
+// after_wait(): runs once the wait has returned (the kernel's trace).
+template <int kSlots, class Request, class LoadQ, class LoadNewest, class Sync, class AfterWait>
 __device__ __forceinline__ void stream_prologue_early_rows(StreamCursor first, Request&& request, LoadQ&& load_q,
-                                                           LoadNewest&& load_newest, Sync&& sync) {
+                                                           LoadNewest&& load_newest, Sync&& sync,
+                                                           AfterWait&& after_wait) {
   for (int st = 0; st < first.n_tiles; ++st) request(st, /*with_q=*/false, /*skip_newest=*/true);
   pdl_wait();
+  after_wait();
   pdl_launch_dependents();
   load_q(0, first.b, first.kvh);
   load_newest(first.n_tiles - 1);

@@ -1,0 +1,28 @@
+// Where the streaming decode attention's blocks spend their time (KILN_ATTN_STREAM_TRACE=1; a
+// diagnostic, off by default). CUPTI's timeline gives each kernel's first start and last end; under
+// PDL what matters is inside: how long a block waited for the kernel before, how long its q and
+// newest K/V row took to land after the wait, its tiles, its merge and store. With the switch on,
+// thread 0 of each of a launch's first kTraceBlocks blocks writes SM cycles (clock64) at those
+// points, and %globaltimer at entry and exit, into one of kTraceSlots slots (a slot per launch in
+// turn; under a CUDA graph, a slot per captured launch, rewritten every replay).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::cuda {
+
+struct DecodeStreamTrace {
+  static constexpr int kSlots = 64, kBlocks = 16, kWords = 8;
+  // The words of a block's record.
+  enum Word { kEntryNs, kEntry, kAfterWait, kPrologueDone, kTilesDone, kExitNs, kExit, kSm };
+};
+
+// The record area for the next launch (kBlocks x kWords words), or nullptr when the switch is off.
+uint64_t* decode_stream_trace_next_slot();
+
+// The recorded launches as a table of medians (µs; cycles converted at the clock the records
+// imply), or "" when the switch is off or nothing was recorded.
+std::string decode_stream_trace_report();
+
+}  // namespace kiln::cuda
