@@ -36,10 +36,10 @@ std::string_view path_of(std::string_view target) {
 }  // namespace
 
 HttpSession::HttpSession(net::ip::tcp::socket socket, SharedState& state) : stream_(std::move(socket)), state_(state) {
-  ++state_.connections;
+  ++state_.metrics.http_connections;
 }
 
-HttpSession::~HttpSession() { --state_.connections; }
+HttpSession::~HttpSession() { --state_.metrics.http_connections; }
 
 void HttpSession::run() {
   net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::do_read, shared_from_this()));

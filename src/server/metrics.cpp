@@ -81,6 +81,9 @@ std::string Metrics::render(const EngineStats* s, const std::string& model_name)
   gauge("kv_cache_blocks_total", "KV cache blocks in the pool.", e.kv_blocks_total);
   gauge("engine_healthy", "1 when the engine is healthy.", s ? (e.healthy ? 1 : 0) : 0);
   gauge("http_requests_in_flight", "Generation requests the HTTP server is serving.", double(http_in_flight.load()));
+  gauge("http_connections", "Open HTTP connections.", double(http_connections.load()));
+  counter("http_connections_rejected_total", "Connections refused with 503 past --max-connections.",
+          double(http_connections_rejected.load()));
   counter("prompt_tokens_total", "Prefill tokens computed (recomputation after preemption included).",
           double(e.prompt_tokens_total));
   counter("generation_tokens_total", "Generated tokens.", double(e.generation_tokens_total));

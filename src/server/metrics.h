@@ -36,6 +36,8 @@ class Metrics {
   std::atomic<int64_t> http_in_flight{0};
   std::atomic<int64_t> finished_stop{0}, finished_length{0}, finished_error{0}, finished_abort{0};
   std::atomic<int64_t> rejected_overload{0}, rejected_invalid{0};
+  std::atomic<int32_t> http_connections{0};           // open now
+  std::atomic<int64_t> http_connections_rejected{0};  // refused past --max-connections
   // The copy bandwidth the bandwidth gauges divide by: the GPU's measured ceiling (0: not
   // exported, e.g. on the CPU backend). Set once before serving.
   double bandwidth_ceiling_gbs = 0;

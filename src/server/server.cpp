@@ -102,7 +102,8 @@ void Server::State::do_accept() {
       });
       return;
     }
-    if (shared.connections.load() >= shared.options.max_connections) {
+    if (shared.metrics.http_connections.load() >= shared.options.max_connections) {
+      ++shared.metrics.http_connections_rejected;
       std::make_shared<RejectedConnection>(std::move(socket))->run();
     } else {
       std::make_shared<HttpSession>(std::move(socket), shared)->run();

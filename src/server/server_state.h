@@ -23,7 +23,6 @@ struct SharedState {
   Metrics metrics;
   std::atomic<bool> draining{false};
   std::atomic<int32_t> active_jobs{0};  // generation requests in flight
-  std::atomic<int32_t> connections{0};
 };
 
 }  // namespace kiln::server

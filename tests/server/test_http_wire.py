@@ -53,6 +53,24 @@ def body_of(response):
     return json.loads(response.split(b"\r\n\r\n", 1)[1])
 
 
+def metrics_over(sock):
+    """GET /metrics on an open keep-alive connection, parsed (the model_name label dropped)."""
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += sock.recv(65536)
+    head, body = got.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"Content-Length: (\d+)", head, re.I).group(1))
+    while len(body) < length:
+        body += sock.recv(65536)
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#") and "_bucket" not in line:
+            name, value = line.rsplit(" ", 1)
+            out[re.sub(r"\{.*\}", "", name)] = float(value)
+    return out
+
+
 def still_serves(server):
     r = requests.post(server.url + "/v1/completions", json={"model": NAME, "prompt": "Hi", "max_tokens": 2},
                       timeout=30)
@@ -158,12 +176,14 @@ def test_connection_limit_503_then_recovers(wire_server):
                 continue
             held.append(s)
         assert len(held) == MAX_CONNECTIONS
+        rejected_before = metrics_over(held[0])["kiln:http_connections_rejected_total"]
         extra = exchange(wire_server, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status_of(extra) == 503, extra
         assert b"Retry-After: 1" in extra and body_of(extra)["error"]["message"] == "too many connections"
-        # The connections held open still work.
-        held[0].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert status_of(held[0].recv(65536)) == 200
+        # The connections held open still work, and the metrics count them and the refusal.
+        m = metrics_over(held[0])
+        assert m["kiln:http_connections"] == MAX_CONNECTIONS
+        assert m["kiln:http_connections_rejected_total"] == rejected_before + 1
     finally:
         for s in held:
             s.close()
