@@ -83,11 +83,16 @@ struct BlockTrace {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     r[word] = t;
   }
-  __device__ void sm() const {
+  // At entry: the clocks, the SM, and no wait stamp yet (the slot may hold an earlier launch's,
+  // and only the early-rows prologue writes one).
+  __device__ void enter() const {
+    ns(DecodeStreamTrace::kEntryNs);
+    cycles(DecodeStreamTrace::kEntry);
     if (!r) return;
     uint32_t id;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
     r[DecodeStreamTrace::kSm] = id;
+    r[DecodeStreamTrace::kAfterWait] = 0;
   }
 };
 
@@ -98,9 +103,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                          float scale_log2, DecodeStreamPrologue prologue, uint64_t* __restrict__ trace) {
   using namespace attn;
   const BlockTrace bt(trace);
-  bt.ns(DecodeStreamTrace::kEntryNs);
-  bt.cycles(DecodeStreamTrace::kEntry);
-  bt.sm();
+  bt.enter();
   extern __shared__ uint4 smem_raw[];
   bf16* const stages = reinterpret_cast<bf16*>(smem_raw);
   float* const ms = reinterpret_cast<float*>(stages + kStages * kStageElems<D>);  // (4, group)
