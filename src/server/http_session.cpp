@@ -35,14 +35,23 @@ std::string_view path_of(std::string_view target) {
 
 }  // namespace
 
-HttpSession::HttpSession(net::ip::tcp::socket socket, SharedState& state) : stream_(std::move(socket)), state_(state) {
-  ++state_.metrics.http_connections;
+HttpSession::HttpSession(net::ip::tcp::socket socket, SharedState& state) : stream_(std::move(socket)), state_(state) {}
+
+HttpSession::~HttpSession() {
+  if (counted_) --state_.metrics.http_connections;
 }
 
-HttpSession::~HttpSession() { --state_.metrics.http_connections; }
-
 void HttpSession::run() {
+  counted_ = true;
+  ++state_.metrics.http_connections;
   net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::do_read, shared_from_this()));
+}
+
+void HttpSession::refuse(ApiError error) {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), error = std::move(error)] {
+    self->keep_alive_ = false;
+    self->send_error(error);  // then close_after_response: the client's request is drained, not reset
+  });
 }
 
 void HttpSession::do_read() {

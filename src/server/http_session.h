@@ -25,7 +25,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(boost::asio::ip::tcp::socket socket, SharedState& state);
   ~HttpSession();
-  void run();
+  void run();                   // serve requests (counted in the open connections)
+  void refuse(ApiError error);  // answer `error` before reading anything, then close (not counted)
 
   // For the job (on the strand): queue bytes; end the response once they are written.
   void queue_write(std::string bytes);
@@ -63,6 +64,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool response_ended_ = false;
   bool keep_alive_ = true;
   bool closed_ = false;
+  bool counted_ = false;  // run(): in Metrics::http_connections until destroyed
   unsigned version_ = 11;
   std::shared_ptr<GenerationJob> job_;
   uint64_t job_serial_ = 0;

@@ -1,9 +1,7 @@
 #include <utility>  // before Boost 1.74 Asio, whose awaitable.hpp uses std::exchange without it
 #include "server/server.h"
 
-#include <array>
 #include <chrono>
-#include <memory>
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
@@ -22,51 +20,6 @@ namespace kiln::server {
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
-
-namespace {
-
-// A connection over --max-connections: answered 503 and closed gracefully. Closing at once would
-// make the kernel answer the request bytes the client already sent with a reset, which the client
-// may see before the 503; so the write side is shut down and the input drained until the client
-// closes, for at most a second.
-class RejectedConnection : public std::enable_shared_from_this<RejectedConnection> {
- public:
-  explicit RejectedConnection(tcp::socket socket) : socket_(std::move(socket)), deadline_(socket_.get_executor()) {}
-
-  void run() {
-    static const std::string kBody =
-        R"({"error":{"message":"too many connections","type":"service_unavailable","param":null,"code":null}})";
-    static const std::string kBusy = fmt::format(
-        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
-        "Connection: close\r\nContent-Length: {}\r\n\r\n{}", kBody.size(), kBody);
-    deadline_.expires_after(std::chrono::seconds(1));
-    deadline_.async_wait([self = shared_from_this()](boost::system::error_code) { self->close(); });
-    net::async_write(socket_, net::buffer(kBusy), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-      if (ec) return self->close();
-      self->socket_.shutdown(tcp::socket::shutdown_send, ec);
-      self->drain();
-    });
-  }
-
- private:
-  void drain() {
-    socket_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-      if (ec) return self->close();
-      self->drain();
-    });
-  }
-  void close() {
-    boost::system::error_code ignored;
-    deadline_.cancel();
-    socket_.close(ignored);
-  }
-
-  tcp::socket socket_;
-  net::steady_timer deadline_;
-  std::array<char, 4096> scratch_{};
-};
-
-}  // namespace
 
 struct Server::State {
   SharedState shared;
@@ -102,11 +55,12 @@ void Server::State::do_accept() {
       });
       return;
     }
+    auto session = std::make_shared<HttpSession>(std::move(socket), shared);
     if (shared.metrics.http_connections.load() >= shared.options.max_connections) {
       ++shared.metrics.http_connections_rejected;
-      std::make_shared<RejectedConnection>(std::move(socket))->run();
+      session->refuse(overloaded(503, "too many connections"));
     } else {
-      std::make_shared<HttpSession>(std::move(socket), shared)->run();
+      session->run();
     }
     do_accept();
   });

@@ -157,7 +157,7 @@ bool rope_qkv_quant_vec(const bf16* qkv, const int32_t* positions, const int32_t
 }
 
 bool rope_qkv_quant_vec_default() {
-  static const bool on = env_int("KILN_ROPE_QUANT_VEC", 1) != 0;
+  static const bool on = env_switch_on("KILN_ROPE_QUANT_VEC");
   return on;
 }
 
