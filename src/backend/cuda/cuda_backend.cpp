@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_decode_trace.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/random_fill.h"
@@ -251,6 +252,7 @@ void CudaBackend::Impl::init_common() {
   act.allocate(c, C, 2 * C + 1, false);
   host_ints.grow(size_t(2 * C + 1));
   host_logits.grow(size_t(c.vocab_size));
+  cuda::decode_stream_trace_prepare();  // KILN_ATTN_STREAM_TRACE=1: before any graph is captured
 }
 
 // ---- construction ----------------------------------------------------------------------------

@@ -13,10 +13,15 @@
 namespace kiln::cuda {
 
 struct DecodeStreamTrace {
-  static constexpr int kSlots = 64, kBlocks = 16, kWords = 8;
-  // The words of a block's record.
-  enum Word { kEntryNs, kEntry, kAfterWait, kPrologueDone, kTilesDone, kExitNs, kExit, kSm };
+  static constexpr int kSlots = 64, kBlocks = 16, kWords = 10;
+  // The words of a block's record (kAttendDone / kMergeDone: its last pair's, before its warps'
+  // merge and after its heads' store).
+  enum Word { kEntryNs, kEntry, kAfterWait, kPrologueDone, kAttendDone, kMergeDone, kTilesDone, kExitNs, kExit, kSm };
 };
+
+// Allocates the record area when the switch is on (at backend set-up: an allocation is not allowed
+// while a CUDA graph is being captured, where the first traced launch may come).
+void decode_stream_trace_prepare();
 
 // The record area for the next launch (kBlocks x kWords words), or nullptr when the switch is off.
 uint64_t* decode_stream_trace_next_slot();
