@@ -467,16 +467,10 @@ struct CudaBackend::Impl {
         linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
       attend(l);
-      {
-        // KILN_QGEMV_PREWAIT_O=n (an experiment): the o GEMV of a single-sequence step requests
-        // only n super-chunks a warp before its wait, the batch-1 attention's few blocks beside it.
-        static const int prewait_o = env_int("KILN_QGEMV_PREWAIT_O", -1);
-        const cuda::QgemvPrewaitScope quiet(n == 1 ? prewait_o : -1);
-        if (fold)
-          linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
-        else
-          linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
-      }
+      if (fold)
+        linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
+      else
+        linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
       cuda::QScratch gu_scratch = qscratch_for(a);
       gu_scratch.xq_ready = fold ? false : norm_for(a, L.ffn_norm, L.w_gu.view(), n);
       if (fused) {

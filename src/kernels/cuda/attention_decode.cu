@@ -358,10 +358,6 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   static const bool early_env = env_switch_on("KILN_ATTN_EARLY_ROWS");
   DecodeStreamPrologue prologue;
   prologue.early_rows = tune.early_rows < 0 ? early_env : tune.early_rows != 0;
-  static const bool warm_env = env_int("KILN_ATTN_WARM_CODE", 0) != 0;
-  prologue.warm_code = warm_env;
-  static const bool release_env = env_int("KILN_ATTN_RELEASE_AT_MERGE", 0) != 0;
-  prologue.release_at_merge = release_env;
   // (Only with the default 3 stages: the other counts are the split kernel's tunings, for the lab.)
   if (P == 1 && kStages == 3 && (tune.stream < 0 ? stream_env : tune.stream != 0) &&
       decode_stream_applies(n_heads, n_kv_heads, head_dim) &&

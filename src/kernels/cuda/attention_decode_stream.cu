@@ -141,39 +141,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   fetch_ids();
   const StreamCursor first = rq;
-  bool release_at_merge = false;  // the early-rows prologue leaves the release to the first merge
   if (prologue.early_rows && first.b < batch && first.n_tiles <= kStages - 1) {
-    release_at_merge = prologue.release_at_merge;
     const int newest = first.len - 1;  // its paged address looked up before the wait
     const int64_t newest_off = threadIdx.x < 2 * (D / 8) ? kv.offset_as<kPaged>(first.b, newest, first.kvh) : 0;
     auto load_newest = [&](int st) {
       load_newest_row<D>(kv, newest_off, k_stage(st), v_stage(st), newest - st * kTileKv, d, int(threadIdx.x));
     };
-    // The code of the tiles and the merge, run once on the last stage (its contents are whatever
-    // shared memory holds; the prologue loads nothing there) with the results only kept alive,
-    // before the wait: its instructions are then fetched while the block has nothing to do.
-    auto warm_code = [&] {
-      if (!prologue.warm_code) return;
-      constexpr int spare = kStages - 1;
-      uint32_t wq[D / 16][4];
-      float wm[2] = {-INFINITY, -INFINITY}, wl[2] = {0.0f, 0.0f}, wo[D / 8][4] = {};
-      load_q_frags8<D>(wq, q_slot(spare));
-      attend_tile<D, 16, false>(wq, k_stage(spare), v_stage(spare), warp * 16, wm, wl, wo, scale_log2,
-                                [](int, int) { return true; });
-      attend_tile<D, 16, true>(wq, k_stage(spare), v_stage(spare), warp * 16, wm, wl, wo, scale_log2,
-                               [&](int, int key) { return key < first.len; });
-      store_warp_state<D>(ms, ls, os, group, wm, wl, wo, scale_log2);
-      __syncthreads();
-      float keep = 0.0f;
-      for (int i = threadIdx.x; i < group * d; i += kThreads) {
-        const WarpMerge w = merge_warps<D>(ms, ls, os, group, i / d, i % d);
-        keep += w.num / w.den;
-      }
-      asm volatile("" ::"f"(keep));
-      __syncthreads();  // the merge area is written again only after the tiles
-    };
-    stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); }, warm_code,
-                                        [&] { bt.cycles(DecodeStreamTrace::kAfterWait); }, !release_at_merge);
+    stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); },
+                                        [&] { bt.cycles(DecodeStreamTrace::kAfterWait); });
   } else {
     stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); });
   }
@@ -202,10 +177,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if (cc.tile == cc.n_tiles - 1) {  // the pair's last tile: merge the 4 warps, write its heads
       bt.cycles(DecodeStreamTrace::kAttendDone);
-      if (release_at_merge) {
-        pdl_launch_dependents();
-        release_at_merge = false;
-      }
       store_warp_state<D>(ms, ls, os, group, m, l, o, scale_log2);
       __syncthreads();
       const int b = cc.b, kvh = cc.kvh;

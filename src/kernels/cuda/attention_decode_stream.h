@@ -24,16 +24,8 @@ int decode_stream_blocks_per_sm(int n_heads, int n_kv_heads, int head_dim, bool 
 //   early_rows: when a block's first pair fits the ring's first slots (at most 128 positions), all
 //     of its K/V but the newest position loads before pdl_wait, not after it (the split kernel, by
 //     the same switch: all of its tile holding the newest position but that position).
-//   warm_code (KILN_ATTN_WARM_CODE=1, off by default; an experiment): in the early-rows prologue,
-//     while the block waits, it runs its tile and merge code once on a spare stage (results
-//     discarded), so the instructions are in the SM's caches before the step's critical part.
 struct DecodeStreamPrologue {
-//   release_at_merge (KILN_ATTN_RELEASE_AT_MERGE=1, off by default; an experiment): with early
-//     rows, the kernel after is released when a block reaches its first merge, not at the wait
-//     (its blocks' prologue then runs beside the merge and not beside the tiles).
   bool early_rows = true;
-  bool warm_code = false;
-  bool release_at_merge = false;
 };
 
 // attention_decode's contract with every sequence whole in one block (no workspace, no combine).

@@ -131,19 +131,15 @@ __device__ __forceinline__ void stream_prologue(StreamCursor first, int batch, R
 // step at short context; DecodeStreamPrologue::early_rows): all of its tiles before the wait but
 // the newest position, then q and that one row after it, both just written by the kernel before
 // (L2). request(slot, with_q, skip_newest), load_q(slot, b, kvh), load_newest(slot): the kernel's;
-// before_wait(): runs while those rows are in flight, before the wait (the kernel's code warm-up);
-// after_wait(): runs once the wait has returned (the kernel's trace). release: the kernel after
-// may launch once the wait has returned (else the kernel releases it later itself).
-template <int kSlots, class Request, class LoadQ, class LoadNewest, class Sync, class BeforeWait, class AfterWait>
+// after_wait(): runs once the wait has returned (the kernel's trace).
+template <int kSlots, class Request, class LoadQ, class LoadNewest, class Sync, class AfterWait>
 __device__ __forceinline__ void stream_prologue_early_rows(StreamCursor first, Request&& request, LoadQ&& load_q,
                                                            LoadNewest&& load_newest, Sync&& sync,
-                                                           BeforeWait&& before_wait, AfterWait&& after_wait,
-                                                           bool release = true) {
+                                                           AfterWait&& after_wait) {
   for (int st = 0; st < first.n_tiles; ++st) request(st, /*with_q=*/false, /*skip_newest=*/true);
-  before_wait();
   pdl_wait();
   after_wait();
-  if (release) pdl_launch_dependents();
+  pdl_launch_dependents();
   load_q(0, first.b, first.kvh);
   load_newest(first.n_tiles - 1);
   cp_async_commit();

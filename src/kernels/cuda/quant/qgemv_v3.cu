@@ -60,8 +60,7 @@ constexpr int kV3MaxWarps = 8;
 template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
-                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
-                    int prewait) {
+                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -133,14 +132,11 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   };
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (d < total_items && d < prewait) request(d);
+    if (d < total_items) request(d);
   // Launched with PDL (as gemv_mma.cuh): the first D requests above read only weights; x, which
   // the kernel before this one writes, is read after the wait (with ld_after_wait, not __ldg).
   pdl_wait();
   pdl_launch_dependents();
-#pragma unroll
-  for (int d = 0; d < D; ++d)  // KILN_QGEMV_PREWAIT < D: the rest of the ring's first requests
-    if (d < total_items && d >= prewait) request(d);
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
   // (Folding the RMSNorm in front into this prologue, every block normalizing the fp32 row itself,
@@ -385,11 +381,6 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
   constexpr int D = v3_depth<NT, XS>();
   // KILN_QGEMV_INT8_F16=0: int8 on the bf16 nibble path with x staged too (session 13's A/B).
   static const bool h16 = env_switch_on("KILN_QGEMV_INT8_F16");
-  // KILN_QGEMV_PREWAIT=n (an experiment): only the first n of a warp's D first requests before the
-  // PDL wait (default: all), the rest after it.
-  static const int prewait_env = env_int("KILN_QGEMV_PREWAIT", D);
-  const int scoped = QgemvPrewaitScope::current();
-  const int prewait = scoped >= 0 ? std::min(scoped, prewait_env) : prewait_env;
   auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E, true>;
   if constexpr (F == QuantFormat::int8 && XS)  // the only kernels the switch changes
     if (!h16) kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E, false>;
@@ -400,7 +391,7 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
   }
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
-                   w.cols, w.group, shift, int(((w.rows + 15) / 16) / blocks), prewait);
+                   w.cols, w.group, shift, int(((w.rows + 15) / 16) / blocks));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.
@@ -490,17 +481,11 @@ bool by_format(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_
   return by_scales<QuantFormat::int8>(x, w, epi, m, allow_xs, persist, stream);
 }
 
-thread_local int t_prewait_limit = -1;
-
 }  // namespace
 
 // Called by qgemv (qgemv.cu) after its checks; false (nothing launched) for groups that are neither
 // 32, K, nor a power-of-two number of super-chunks (qgemv runs v1 then). allow_xs = false: x from L2
 // and the all-ones x sums (version 4: the lab's evidence of what the staging buys).
-QgemvPrewaitScope::QgemvPrewaitScope(int prewait) : saved_(t_prewait_limit) { t_prewait_limit = prewait; }
-QgemvPrewaitScope::~QgemvPrewaitScope() { t_prewait_limit = saved_; }
-int QgemvPrewaitScope::current() { return t_prewait_limit; }
-
 bool qgemv_v3(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int m, bool allow_xs,
               bool persist, cudaStream_t stream) {
   return by_format(x, w, StoreRows{bias, y, mode}, m, allow_xs, persist, stream);

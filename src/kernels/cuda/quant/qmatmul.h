@@ -109,21 +109,6 @@ void qmatmul(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode
 // 5 = v3 with one 16-row tile per block (v3 runs several per block, at most one wave of blocks);
 // process-wide, for the kernel lab and tests.
 void qgemv_set_version(int version);
-// While one lives, the int8 / int4 decode GEMVs this thread launches request at most `prewait` of
-// each warp's first super-chunks before their PDL wait (the rest after it): for the projection
-// after a kernel that runs on a few SMs, which the early requests' flood slows (an experiment,
-// session 27; prewait < 0: no limit).
-class QgemvPrewaitScope {
- public:
-  explicit QgemvPrewaitScope(int prewait);
-  ~QgemvPrewaitScope();
-  QgemvPrewaitScope(const QgemvPrewaitScope&) = delete;
-  QgemvPrewaitScope& operator=(const QgemvPrewaitScope&) = delete;
-  static int current();  // the innermost live scope's limit, or -1
-
- private:
-  int saved_;
-};
 void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode mode, int64_t M, cudaStream_t stream);
 // The fused decode GEMVs (gemv_fused.h) for int8 / int4 weights, M = 1: qgemv v3 with the pairing
 // epilogues, the unfused path's bits (qgemv, then rope_qkv or silu_mul). qgemv_fusable: the format
