@@ -174,7 +174,7 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
             gemv_version(ver, x.data(), w[size_t(c % copies)].data(), nullptr, y.data(), OutMode::store_bf16, m, s.n,
                          s.k, nullptr);
           }, reps / 2);
-          record("gemv", shape, ver ? "v" + std::to_string(ver) + "-seq" : std::string("kiln-seq"), t_seq, bytes, flops,
+          record("gemv", shape, ver ? version_label(ver) + "-seq" : std::string("kiln-seq"), t_seq, bytes, flops,
                  copy_gbs, 0);
         }
         const double t_cseq = time_in_sequence([&](int c) {
@@ -291,7 +291,7 @@ void bench_gemm_add(double copy_gbs) {
           gemm_version(ver, x.data(), w[size_t(i % copies)].data(), nullptr, y.data(), OutMode::add_f32, m, s.n, s.k,
                        nullptr);
         }, 20);
-        record("gemm-add", shape_name(s, m), ver ? "v" + std::to_string(ver) : std::string("kiln"), t, cost.bytes,
+        record("gemm-add", shape_name(s, m), ver ? version_label(ver) : std::string("kiln"), t, cost.bytes,
                cost.flops, copy_gbs, 0);
       }
     }

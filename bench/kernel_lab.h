@@ -111,6 +111,14 @@ struct MatShape {
   const char* name;
   int64_t n, k;
 };
+// "v3" for version 3. (Appended, not "v" + std::to_string(v): GCC 12 flags that operator+'s
+// inlined insert with a false -Wrestrict warning.)
+inline std::string version_label(int version) {
+  std::string label(1, 'v');
+  label += std::to_string(version);
+  return label;
+}
+
 inline std::string shape_name(const MatShape& s, int64_t m) {
   char shape[64];
   std::snprintf(shape, sizeof shape, "%s M=%lld %lldx%lld", s.name, (long long)m, (long long)s.n, (long long)s.k);

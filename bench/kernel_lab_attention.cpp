@@ -76,7 +76,7 @@ void bench_decode_q8(KvQuant f, const std::vector<DeviceBuffer<bf16>>& ks, const
     const double err_v = rel_error(to_float(out), ref);
     if (!(err_v < (i8 ? 2e-2 : 8e-2))) std::printf("VALIDATION FAILED: decode q8 v%d %s err %.3e\n", v, shape, err_v);
     const std::string label = std::string(i8 ? "q8-int8 " : "q8-fp8 ") +
-                              (v == 5 ? "slices s4b2" : v == 6 ? "slices s3b3" : "v" + std::to_string(v));
+                              (v == 5 ? "slices s4b2" : v == 6 ? "slices s3b3" : version_label(v));
     record("attention", shape, label, time_ms([&](int i) { run_v(size_t(i)); }), bytes, flops, copy_gbs, err_v);
   }
   if (i8) {
@@ -406,7 +406,7 @@ void bench_attention(double copy_gbs) {
       if (!(err < 1e-2)) std::printf("VALIDATION FAILED: prefill v%d %s err %.3e\n", version, shape, err);
       const double ms = time_ms([&](int) { run(); }, n > 8192 ? 10 : 20, 2);
       const std::string label = version == 0 ? std::string("kiln:") + attention_prefill_impl(q.data(), kv, out.data(), hd)
-                                             : "v" + std::to_string(version);
+                                             : version_label(version);
       record("attention", shape, label, ms, bytes, flops, copy_gbs, err);
     }
   }
