@@ -134,5 +134,7 @@ void bench_decode_kv_pool(double copy_gbs);
 // The fp8 prefill GEMMs (kernel_lab_fp8.cpp, --fp8-gemm) at each M against cuBLASLt fp8 and bf16.
 void bench_fp8_gemm(double copy_gbs, cuda::CublasGemm& cublas, const std::vector<MatShape>& shapes,
                     const std::vector<int64_t>& ms);
+// What one kernel boundary costs, plain / PDL / counter handoffs (kernel_lab_handoff.cpp, --handoff).
+void bench_handoff(int sm_count);
 
 }  // namespace kiln::lab
