@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
 #include "kernels/cuda/attention_decode_trace.h"
+#include "kernels/cuda/quant/qgemv_trace.h"
 #endif
 
 namespace kiln::cli {
@@ -143,6 +144,7 @@ void run(const BenchOptions& o) {
 #ifdef KILN_HAVE_CUDA
     if (auto* cb = dynamic_cast<CudaBackend*>(backend.get())) fmt::print("{}", cb->megakernel_trace_report());
     fmt::print("{}", cuda::decode_stream_trace_report());  // KILN_ATTN_STREAM_TRACE=1
+    fmt::print("{}", cuda::qgemv_trace_report());          // KILN_QGEMV_TRACE=RxC
 #endif
   }
 

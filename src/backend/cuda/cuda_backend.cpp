@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention_decode_trace.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/random_fill.h"
 #include "model/random_weights.h"
 #include "profile/cost_model.h"
@@ -252,7 +253,9 @@ void CudaBackend::Impl::init_common() {
   act.allocate(c, C, 2 * C + 1, false);
   host_ints.grow(size_t(2 * C + 1));
   host_logits.grow(size_t(c.vocab_size));
-  cuda::decode_stream_trace_prepare();  // KILN_ATTN_STREAM_TRACE=1: before any graph is captured
+  // The diagnostics' record areas (KILN_ATTN_STREAM_TRACE, KILN_QGEMV_TRACE), before any graph capture.
+  cuda::decode_stream_trace_prepare();
+  cuda::qgemv_trace_prepare();
 }
 
 // ---- construction ----------------------------------------------------------------------------

@@ -36,6 +36,7 @@
 #include "kernels/cuda/attention_decode_stream.h"
 #include "kernels/cuda/attention_decode_trace.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
+#include "kernels/cuda/block_trace.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -65,45 +66,16 @@ __device__ __forceinline__ void load_q_frags8(uint32_t (&qf)[D / 16][4], const b
   for (int kk = 0; kk < D / 16; ++kk) attn::ldmatrix_x4(qf[kk], qs + attn::swz<D>(r, kk * 2 + (lane >> 4)));
 }
 
-// KILN_ATTN_STREAM_TRACE (attention_decode_trace.h): thread 0 of the first blocks writes its
-// record. (Written before pdl_wait too: no kernel reads the trace, so the PDL contract's "writes
-// nothing before the wait" is not at stake.)
-struct BlockTrace {
-  uint64_t* r;  // this block's record, or nullptr
-  __device__ explicit BlockTrace(uint64_t* trace)
-      : r(trace && threadIdx.x == 0 && blockIdx.x < DecodeStreamTrace::kBlocks
-              ? trace + blockIdx.x * DecodeStreamTrace::kWords
-              : nullptr) {}
-  __device__ void cycles(int word) const {
-    if (r) r[word] = clock64();
-  }
-  __device__ void ns(int word) const {
-    if (!r) return;
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    r[word] = t;
-  }
-  // At entry: the clocks, the SM, and no wait stamp yet (the slot may hold an earlier launch's,
-  // and only the early-rows prologue writes one).
-  __device__ void enter() const {
-    ns(DecodeStreamTrace::kEntryNs);
-    cycles(DecodeStreamTrace::kEntry);
-    if (!r) return;
-    uint32_t id;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-    r[DecodeStreamTrace::kSm] = id;
-    r[DecodeStreamTrace::kAfterWait] = 0;
-  }
-};
-
 template <int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads, 2)
     decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                          bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
                          float scale_log2, DecodeStreamPrologue prologue, uint64_t* __restrict__ trace) {
   using namespace attn;
-  const BlockTrace bt(trace);
-  bt.enter();
+  // KILN_ATTN_STREAM_TRACE (attention_decode_trace.h). (Stamped before pdl_wait too: no kernel
+  // reads the trace, so the PDL contract's "writes nothing before the wait" is not at stake.)
+  using Stamps = BlockStamps<DecodeStreamTrace::kBlocks, DecodeStreamTrace::kWords>;
+  Stamps::enter(trace);
   extern __shared__ uint4 smem_raw[];
   bf16* const stages = reinterpret_cast<bf16*>(smem_raw);
   float* const ms = reinterpret_cast<float*>(stages + kStages * kStageElems<D>);  // (4, group)
@@ -148,11 +120,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       load_newest_row<D>(kv, newest_off, k_stage(st), v_stage(st), newest - st * kTileKv, d, int(threadIdx.x));
     };
     stream_prologue_early_rows<kStages>(first, request, load_q, load_newest, [] { __syncthreads(); },
-                                        [&] { bt.cycles(DecodeStreamTrace::kAfterWait); });
+                                        [&] { Stamps::cycles(trace, DecodeStreamTrace::kAfterWait); });
   } else {
     stream_prologue<kStages>(rq, batch, request, load_q, [] { __syncthreads(); });
   }
-  bt.cycles(DecodeStreamTrace::kPrologueDone);
+  Stamps::cycles(trace, DecodeStreamTrace::kPrologueDone);
 
   uint32_t qf[D / 16][4];
   float m[2], l[2], o[D / 8][4];
@@ -176,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                [&](int, int key) { return key < visible_n; });
     }
     if (cc.tile == cc.n_tiles - 1) {  // the pair's last tile: merge the 4 warps, write its heads
-      bt.cycles(DecodeStreamTrace::kAttendDone);
+      Stamps::cycles(trace, DecodeStreamTrace::kAttendDone);
       store_warp_state<D>(ms, ls, os, group, m, l, o, scale_log2);
       __syncthreads();
       const int b = cc.b, kvh = cc.kvh;
@@ -185,16 +157,15 @@ __global__ void __launch_bounds__(kThreads, 2)
         const WarpMerge w = merge_warps<D>(ms, ls, os, group, r, c);
         out[(int64_t(b) * n_heads + int64_t(kvh) * group + r) * d + c] = __float2bfloat16(w.num / w.den);
       }
-      bt.cycles(DecodeStreamTrace::kMergeDone);
+      Stamps::cycles(trace, DecodeStreamTrace::kMergeDone);
       // The next write of the merge area comes after at least one more top-of-loop barrier.
     }
     ++cc.tile;
     walk.settle(cc);
   }
-  bt.cycles(DecodeStreamTrace::kTilesDone);
+  Stamps::cycles(trace, DecodeStreamTrace::kTilesDone);
   cp_async_wait<0>();
-  bt.ns(DecodeStreamTrace::kExitNs);
-  bt.cycles(DecodeStreamTrace::kExit);
+  Stamps::exit(trace);
 }
 
 // The kernel's attribute and its blocks per SM for each group size, set up once per instantiation.

@@ -42,8 +42,10 @@
 #include "kernels/cuda/gemv_epilogues.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
+#include "kernels/cuda/block_trace.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant/qgemv_v3_parts.cuh"
+#include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/quant/qmatmul.h"
 
 namespace kiln::cuda {
@@ -60,13 +62,17 @@ constexpr int kV3MaxWarps = 8;
 template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
-                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles) {
+                    E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
+                    uint64_t* __restrict__ trace) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
   constexpr int UNIT = v3_fold_unit(F, SM);  // k per fold (and per x sum)
   // int8 with x staged: fp16 MMAs on whole bytes (byte_pair_f16) instead of bf16 MMAs on nibbles.
   constexpr bool F16 = F == QuantFormat::int8 && XS && H16;
+  // KILN_QGEMV_TRACE (qgemv_trace.h): thread 0 of each block stamps its points (no-ops when off).
+  using Stamps = BlockStamps<QgemvTrace::kBlocks, QgemvTrace::kWords>;
+  Stamps::enter(trace);
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[kV3MaxWarps][16][8 * NT + 1];
   const int W = blockDim.x / 32;
@@ -137,6 +143,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   // the kernel before this one writes, is read after the wait (with ld_after_wait, not __ldg).
   pdl_wait();
   pdl_launch_dependents();
+  Stamps::cycles(trace, QgemvTrace::kAfterWait);
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
   // (Folding the RMSNorm in front into this prologue, every block normalizing the fp32 row itself,
@@ -174,6 +181,8 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     }
     __syncthreads();
   }
+
+  Stamps::cycles(trace, QgemvTrace::kStaged);
 
   // Activation row 8n + g of lane (g, t); lanes past M read row 0 instead of zeros (no predicates):
   // they feed only output columns >= M, which are never stored.
@@ -362,6 +371,8 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   }
   if (nw == 0)
     for (int tile = tile0; tile < tile1; ++tile) finish_tile(tile);
+  Stamps::value(trace, QgemvTrace::kTiles, uint64_t(tile1 - tile0));
+  Stamps::exit(trace);
 }
 
 // Ring depth (registers: <= 128 for 16 warps per SM; ptxas -v). x from L2 (XS = 0) holds 2 more MMA
@@ -391,7 +402,7 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
   }
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
-                   w.cols, w.group, shift, int(((w.rows + 15) / 16) / blocks));
+                   w.cols, w.group, shift, int(((w.rows + 15) / 16) / blocks), qgemv_trace_next_slot(w.rows, w.cols));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.

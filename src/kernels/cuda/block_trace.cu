@@ -1,0 +1,56 @@
+// block_trace.h's ring.
+#include "kernels/cuda/block_trace.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace kiln::cuda {
+
+void BlockTraceRing::prepare() {
+  std::lock_guard lock(mu_);
+  if (device_) return;
+  const size_t bytes = size_t(slots_) * size_t(blocks_) * size_t(words_) * sizeof(uint64_t);
+  KILN_CUDA_CHECK(cudaMalloc(&device_, bytes));
+  KILN_CUDA_CHECK(cudaMemset(device_, 0, bytes));
+}
+
+uint64_t* BlockTraceRing::next_slot() {
+  std::lock_guard lock(mu_);
+  if (!device_) return nullptr;
+  uint64_t* slot = device_ + size_t(next_) * size_t(blocks_) * size_t(words_);
+  next_ = (next_ + 1) % slots_;
+  used_ = std::min(used_ + 1, slots_);
+  return slot;
+}
+
+std::vector<uint64_t> BlockTraceRing::snapshot(int* used) {
+  std::lock_guard lock(mu_);
+  *used = device_ ? used_ : 0;
+  std::vector<uint64_t> h(size_t(*used) * size_t(blocks_) * size_t(words_));
+  if (h.empty()) return h;
+  KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  KILN_CUDA_CHECK(cudaMemcpy(h.data(), device_, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+double block_trace_ghz(const std::vector<uint64_t>& records, int words) {
+  double cycles = 0, ns = 0;
+  for (size_t i = 0; i + size_t(words) <= records.size(); i += size_t(words)) {
+    const uint64_t* r = &records[i];
+    if (r[kTraceExit] <= r[kTraceEntry] || r[kTraceExitNs] <= r[kTraceEntryNs]) continue;
+    cycles += double(r[kTraceExit] - r[kTraceEntry]);
+    ns += double(r[kTraceExitNs] - r[kTraceEntryNs]);
+  }
+  return ns > 0 ? cycles / ns : 0.0;
+}
+
+double block_trace_median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace kiln::cuda

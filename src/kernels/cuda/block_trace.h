@@ -1,0 +1,44 @@
+// Per-block timestamps of one kernel's launches, for the traces that find where a batch-1 decode
+// step's microseconds go inside its kernels (KILN_ATTN_STREAM_TRACE, KILN_QGEMV_TRACE; diagnostics,
+// off by default). Thread 0 of each traced block writes SM cycles (clock64) at the points its
+// kernel names and %globaltimer at entry and exit into a record of `words` words; a launch's
+// records fill one slot of a ring (under a CUDA graph, a slot per captured launch, rewritten every
+// replay). The device side is block_trace.cuh.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace kiln::cuda {
+
+// The words every record starts with; a kernel's own points follow from kTraceFirstOwn.
+enum BlockTraceWord { kTraceEntryNs, kTraceEntry, kTraceExitNs, kTraceExit, kTraceSm, kTraceFirstOwn };
+
+class BlockTraceRing {
+ public:
+  BlockTraceRing(int slots, int blocks, int words) : slots_(slots), blocks_(blocks), words_(words) {}
+  // Allocates the ring (at backend set-up: not allowed while a CUDA graph is being captured, where
+  // the first traced launch may come). Idempotent.
+  void prepare();
+  // The next launch's record area (blocks x words), or nullptr when the ring was never prepared.
+  uint64_t* next_slot();
+  // The slots written so far (used x blocks x words words; a block's record is all zero if that
+  // block never ran or was not traced), after synchronizing the device.
+  std::vector<uint64_t> snapshot(int* used);
+  int blocks() const { return blocks_; }
+  int words() const { return words_; }
+
+ private:
+  const int slots_, blocks_, words_;
+  std::mutex mu_;
+  uint64_t* device_ = nullptr;
+  int next_ = 0, used_ = 0;
+};
+
+// The SM clock (GHz) that records imply: every complete record's cycles over its nanoseconds.
+double block_trace_ghz(const std::vector<uint64_t>& records, int words);
+// The median (upper middle) of v, 0 when empty.
+double block_trace_median(std::vector<double> v);
+
+}  // namespace kiln::cuda

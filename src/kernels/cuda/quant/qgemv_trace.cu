@@ -1,0 +1,114 @@
+// KILN_QGEMV_TRACE=RxC: the decode GEMV v3's per-block records (qgemv_trace.h).
+#include "kernels/cuda/quant/qgemv_trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace kiln::cuda {
+namespace {
+
+using T = QgemvTrace;
+
+struct Shape {
+  int64_t rows = 0, cols = 0;  // 0: the switch is off
+};
+
+const Shape& traced_shape() {
+  static const Shape s = [] {
+    Shape shape;
+    const char* v = std::getenv("KILN_QGEMV_TRACE");
+    long long r = 0, c = 0;
+    if (v && std::sscanf(v, "%lldx%lld", &r, &c) == 2 && r > 0 && c > 0) shape = {r, c};
+    return shape;
+  }();
+  return s;
+}
+
+BlockTraceRing& ring() {
+  static BlockTraceRing r(T::kSlots, T::kBlocks, T::kWords);
+  return r;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
+}
+
+}  // namespace
+
+void qgemv_trace_prepare() {
+  if (traced_shape().rows > 0) ring().prepare();
+}
+
+uint64_t* qgemv_trace_next_slot(int64_t rows, int64_t cols) {
+  const Shape& s = traced_shape();
+  return s.rows == rows && s.cols == cols ? ring().next_slot() : nullptr;
+}
+
+std::string qgemv_trace_report() {
+  const Shape& s = traced_shape();
+  if (s.rows == 0) return "";
+  int used = 0;
+  const std::vector<uint64_t> h = ring().snapshot(&used);
+  const double ghz = block_trace_ghz(h, T::kWords);
+  if (used == 0 || ghz <= 0) return "";
+  const auto med = block_trace_median;
+  const size_t slot_words = size_t(T::kBlocks) * T::kWords;
+  // A point of a record as %globaltimer ns: its entry stamp plus its cycles since entry.
+  auto at_ns = [&](const uint64_t* r, int word) {
+    return double(r[kTraceEntryNs]) + double(r[word] - r[kTraceEntry]) / ghz;
+  };
+  std::vector<double> lead, wait_skew, staged, per_tile, exit50, exit90, exit_last, blocks_n, tiles_min,
+      tiles_max;
+  int launches = 0;
+  for (int slot = 0; slot < used; ++slot) {
+    std::vector<double> waits, exits;
+    std::vector<const uint64_t*> recs;
+    for (int b = 0; b < T::kBlocks; ++b) {
+      const uint64_t* r = &h[size_t(slot) * slot_words + size_t(b) * T::kWords];
+      if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0) continue;
+      recs.push_back(r);
+      waits.push_back(at_ns(r, T::kAfterWait));
+    }
+    if (recs.empty()) continue;
+    ++launches;
+    const double first_wait = *std::min_element(waits.begin(), waits.end());
+    double tmin = 1e30, tmax = 0;
+    for (const uint64_t* r : recs) {
+      lead.push_back((at_ns(r, T::kAfterWait) - double(r[kTraceEntryNs])) / 1000.0);
+      staged.push_back((at_ns(r, T::kStaged) - at_ns(r, T::kAfterWait)) / 1000.0);
+      const double tiles = double(r[T::kTiles]);
+      tmin = std::min(tmin, tiles), tmax = std::max(tmax, tiles);
+      if (tiles > 0) per_tile.push_back((double(r[kTraceExitNs]) - at_ns(r, T::kStaged)) / 1000.0 / tiles);
+      exits.push_back((double(r[kTraceExitNs]) - first_wait) / 1000.0);
+    }
+    wait_skew.push_back((*std::max_element(waits.begin(), waits.end()) - first_wait) / 1000.0);
+    exit50.push_back(percentile(exits, 0.5));
+    exit90.push_back(percentile(exits, 0.9));
+    exit_last.push_back(*std::max_element(exits.begin(), exits.end()));
+    blocks_n.push_back(double(recs.size()));
+    tiles_min.push_back(tmin);
+    tiles_max.push_back(tmax);
+  }
+  if (launches == 0) return "";
+  char text[1400];
+  std::snprintf(text, sizeof text,
+                "decode GEMV trace (KILN_QGEMV_TRACE=%lldx%lld): %d launches of %.0f blocks (%.0f-%.0f tiles a block), "
+                "SM clock %.2f GHz; medians, us:\n"
+                "  a block resident before its wait returned      %8.2f\n"
+                "  the launch's wait returns, last - first         %8.2f\n"
+                "  a block's x staged after its wait               %8.2f\n"
+                "  then a 16-row tile (its tiles to its exit / n)  %8.2f\n"
+                "  the launch's exits after its first wait return:\n"
+                "    half of its blocks / 90%% / the last           %8.2f %8.2f %8.2f\n"
+                "  (from %%globaltimer at entry and exit and the cycles between)\n",
+                (long long)s.rows, (long long)s.cols, launches, med(blocks_n), med(tiles_min), med(tiles_max), ghz,
+                med(lead), med(wait_skew), med(staged), med(per_tile), med(exit50), med(exit90),
+                med(exit_last));
+  return text;
+}
+
+}  // namespace kiln::cuda
