@@ -101,6 +101,7 @@
 #include "kernels/cuda/gemv_wgmma.h"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
 int64_t split_chunks_v3(int64_t N, int64_t K) {
   const int64_t row_blocks = (N + 15) / 16, n_chunks = K / 8;
   const int64_t align = n_chunks >= 2 * 128 ? 128 : 32;
-  const int64_t target = 8 * int64_t(gemv_sm_count());
+  const int64_t target = 8 * int64_t(device_sm_count());
   int64_t s = (target + row_blocks - 1) / row_blocks;
   const int64_t s_max = std::max<int64_t>(1, kSplitMaxBlocks / row_blocks);
   s = std::min(s, s_max);
@@ -417,7 +418,7 @@ constexpr bool kDefaultSplitK = false;
 bool use_v3(int64_t N, int64_t K) {
   if (K % 8 != 0) return false;
   const int64_t row_blocks = (N + 15) / 16;
-  return row_blocks < 4 * int64_t(gemv_sm_count()) && split_chunks_v3(N, K) < K / 8;
+  return row_blocks < 4 * int64_t(device_sm_count()) && split_chunks_v3(N, K) < K / 8;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 
@@ -191,7 +192,7 @@ template <int NT, class E>
 void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, int64_t blocks, const E& epi,
                      cudaStream_t stream, GemvLoop loop = GemvLoop::plain) {
   const bool pdl = gemv_pdl_enabled();
-  const bool eight_warp_blocks = blocks <= 2 * int64_t(gemv_sm_count());  // a small grid
+  const bool eight_warp_blocks = blocks <= 2 * int64_t(device_sm_count());  // a small grid
   const dim3 grid{unsigned(blocks)};
   if (loop == GemvLoop::pipelined) {
     constexpr int U = NT == 1 ? 4 : 3;
@@ -201,7 +202,7 @@ void launch_gemv_mma(const bf16* x, const bf16* w, int m, int64_t N, int64_t K, 
       launch_maybe_pdl(pdl, gemv_mma_kernel<NT, U, 4, true, E>, grid, dim3(4 * 32), 0, stream, x, w, m, N, K, epi);
     return;
   }
-  const bool one_wave = blocks <= 4 * int64_t(gemv_sm_count());
+  const bool one_wave = blocks <= 4 * int64_t(device_sm_count());
   if constexpr (NT == 1)
     launch_gemv_mma_plain<1, 8>(pdl, eight_warp_blocks, one_wave, grid, x, w, m, N, K, epi, stream);
   else if (gemv_two_tile_step_groups(K / 8, eight_warp_blocks ? 8 : 4) == 4)

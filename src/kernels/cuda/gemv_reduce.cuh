@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include "backend/cuda/cuda_check.h"
-
 namespace kiln::cuda {
 
 // Accumulator e of n-tile j of lane (g, t) = (lane / 4, lane % 4): weight row g + 8 (e / 2),
@@ -40,17 +38,6 @@ __device__ __forceinline__ void gemv_meet(const float (&red)[W][16][8 * NT + 1],
       if (q < warps) v += red[q][r][m];
     finish(m, n, v);
   }
-}
-
-// The SM count of the current device (queried once): the GEMVs size their blocks from it.
-inline int gemv_sm_count() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
 }
 
 }  // namespace kiln::cuda

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {
@@ -348,12 +349,7 @@ void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cuda
   if (rows == 0) return;
   if (ws.tickets && rows <= kArgmaxSplitRows) {
     // ~2 blocks a SM over all rows, each at least a few thousand logits.
-    static const int64_t sms = [] {
-      int dev = 0, n = 0;
-      KILN_CUDA_CHECK(cudaGetDevice(&dev));
-      KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-      return int64_t(n);
-    }();
+    const int64_t sms = device_sm_count();
     const int64_t splits = std::clamp<int64_t>(std::min(2 * sms / rows, vocab / 2048), 1, kArgmaxMaxSplits);
     argmax_split_kernel<<<dim3(unsigned(splits), unsigned(rows)), kSplitThreads, 0, stream>>>(logits, vocab, ws, out);
   } else {

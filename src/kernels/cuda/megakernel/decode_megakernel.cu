@@ -20,6 +20,7 @@
 #include "kernels/cuda/megakernel/megakernel_plan.cuh"
 #include "kernels/cuda/megakernel/megakernel_produce.cuh"
 #include "kernels/cuda/megakernel/megakernel_sync.cuh"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {
@@ -442,7 +443,7 @@ void launch(const Params& p, size_t smem, cudaStream_t stream) {
   attr[0].id = cudaLaunchAttributeCooperative;  // every block resident: the phase waits need it
   attr[0].val.cooperative = 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(gemv_sm_count()));
+  config.gridDim = dim3(unsigned(device_sm_count()));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
@@ -477,7 +478,7 @@ std::string megakernel_unsupported(const MegakernelModel& m) {
 }
 
 int64_t megakernel_workspace_floats(const MegakernelModel& m) {
-  return int64_t(gemv_sm_count()) * group_of(m) * (kAttnD + 2);
+  return int64_t(device_sm_count()) * group_of(m) * (kAttnD + 2);
 }
 
 int64_t megakernel_sync_words(const MegakernelModel& m) { return head_done_index(m.n_layers, m.n_layers, m.n_kv_heads); }

@@ -7,17 +7,18 @@
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/megakernel/decode_megakernel.h"
 #include "kernels/cuda/megakernel/megakernel_plan.cuh"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 
 using namespace mk;
 
 int64_t megakernel_trace_words(const MegakernelModel& m) {
-  return int64_t(gemv_sm_count()) * trace_block_words(m.n_layers);
+  return int64_t(device_sm_count()) * trace_block_words(m.n_layers);
 }
 
 std::string megakernel_trace_summary(const MegakernelModel& m, const uint64_t* trace) {
-  const int G = gemv_sm_count(), L = m.n_layers;
+  const int G = device_sm_count(), L = m.n_layers;
   const char* names[kPhases] = {"qkv", "attention", "o", "gate/up", "down"};
   double wait_mean[kPhases] = {}, wait_max[kPhases] = {}, work_mean[kPhases] = {}, work_max[kPhases] = {},
          part[kPhases][5] = {}, stall = 0;

@@ -19,6 +19,7 @@
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/quant/qmatmul.h"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {
@@ -101,7 +102,7 @@ void launch(const uint8_t* xq, const float* xs, const QWeight& w, const bf16* bi
   const int64_t blocks = (w.rows + 15) / 16;
   constexpr int U = NT == 1 ? 8 : 6;
   const auto* q = static_cast<const uint8_t*>(w.data);
-  if (blocks <= 2 * int64_t(gemv_sm_count()))
+  if (blocks <= 2 * int64_t(device_sm_count()))
     fp8_gemv_kernel<NT, U, 8><<<unsigned(blocks), 8 * 32, 0, stream>>>(xq, xs, q, w.scales, bias, y, mode, m, w.rows,
                                                                        w.cols);
   else

@@ -26,6 +26,7 @@
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/quant/qmatmul.h"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {
@@ -323,7 +324,7 @@ void launch(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode 
   const auto* q = static_cast<const uint8_t*>(w.data);
   // As gemv v2: 8-warp blocks when the grid is at most two blocks per SM, else 4-warp blocks (up to
   // 4 resident per SM).
-  if (blocks <= 2 * int64_t(gemv_sm_count()))
+  if (blocks <= 2 * int64_t(device_sm_count()))
     qgemv_kernel<F, G32, NT, U, 8><<<unsigned(blocks), 8 * 32, 0, stream>>>(x, q, sc, bias, y, mode, m, w.rows,
                                                                             w.cols, w.group);
   else

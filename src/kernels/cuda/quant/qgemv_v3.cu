@@ -37,16 +37,17 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
+#include "kernels/cuda/block_trace.cuh"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/gemv_epilogues.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
-#include "kernels/cuda/block_trace.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant/qgemv_v3_parts.cuh"
 #include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/quant/qmatmul.h"
+#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {
@@ -418,12 +419,12 @@ template <QuantFormat F, int SM, int NT, class E>
 void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, int shift,
                  cudaStream_t stream) {
   const int64_t tiles = (w.rows + 15) / 16;
-  const bool w8 = tiles <= 2 * int64_t(gemv_sm_count());  // as gemv v2: 8-warp blocks for small grids
+  const bool w8 = tiles <= 2 * int64_t(device_sm_count());  // as gemv v2: 8-warp blocks for small grids
   const int64_t smem = v3_smem_bytes(w.cols, m, NT, v3_fold_unit(F, SM));
   const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
   // Blocks: at most one wave (4-warp blocks: 4 per SM; 8-warp: 2), so each block stages x once and
   // its stream runs through several tiles; persist = false: one tile per block.
-  const int64_t slots = int64_t(gemv_sm_count()) * (w8 ? 2 : 4);
+  const int64_t slots = int64_t(device_sm_count()) * (w8 ? 2 : 4);
   int64_t blocks = tiles;
   // One group per row (int8 per channel) runs several tiles a block too, its scales then carried
   // with every super-chunk: with the tiles dealt evenly this beat one tile a block (session 8 run
