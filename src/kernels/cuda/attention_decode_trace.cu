@@ -71,24 +71,23 @@ std::string decode_stream_trace_report() {
     }
   }
   if (launches == 0) return "";
-  // (snprintf, not fmt: nvcc cannot compile fmt's compile-time format strings.)
-  char text[1100];
-  std::snprintf(text, sizeof text,
+  char head[160];
+  std::snprintf(head, sizeof head,
                 "decode attention trace (KILN_ATTN_STREAM_TRACE): %d launches, %d block records, SM clock %.2f GHz; "
-                "medians, us:\n"
-                "  resident before the wait returned        %8.2f\n"
-                "  q and newest row landed after it         %8.2f\n"
-                "  tiles and merges, all its pairs          %8.2f\n"
-                "    of which to its last pair's merge      %8.2f\n"
-                "    of which that merge and its store      %8.2f\n"
-                "  exit (copies still in flight)            %8.2f\n"
-                "  a block, entry to exit                   %8.2f\n"
-                "  a launch, first wait return to last exit %8.2f\n"
-                "    its blocks' wait returns, last - first %8.2f\n"
-                "    its blocks' exits, last - first        %8.2f\n"
-                "  (the launch figures from %%globaltimer, which may tick coarser than the cycles)\n",
-                launches, blocks, ghz, med(wait), med(land), med(tiles), med(attend), med(merge), med(tail), med(total),
-                med(spread), med(wait_skew), med(exit_skew));
+                "medians, us:\n",
+                launches, blocks, ghz);
+  std::string text = head;
+  block_trace_line(text, "resident before the wait returned", {med(wait)});
+  block_trace_line(text, "q and newest row landed after it", {med(land)});
+  block_trace_line(text, "tiles and merges, all its pairs", {med(tiles)});
+  block_trace_line(text, "  of which to its last pair's merge", {med(attend)});
+  block_trace_line(text, "  of which that merge and its store", {med(merge)});
+  block_trace_line(text, "exit (copies still in flight)", {med(tail)});
+  block_trace_line(text, "a block, entry to exit", {med(total)});
+  block_trace_line(text, "a launch, first wait return to last exit", {med(spread)});
+  block_trace_line(text, "  its blocks' wait returns, last - first", {med(wait_skew)});
+  block_trace_line(text, "  its blocks' exits, last - first", {med(exit_skew)});
+  text += "  (the launch figures from %globaltimer, which may tick coarser than the cycles)\n";
   return text;
 }
 

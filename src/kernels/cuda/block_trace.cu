@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -47,10 +48,22 @@ double block_trace_ghz(const std::vector<uint64_t>& records, int words) {
   return ns > 0 ? cycles / ns : 0.0;
 }
 
-double block_trace_median(std::vector<double> v) {
+double block_trace_percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
+}
+
+void block_trace_line(std::string& text, const char* label, std::initializer_list<double> values) {
+  // (snprintf, not fmt: nvcc cannot compile fmt's compile-time format strings.)
+  char cell[64];
+  std::snprintf(cell, sizeof cell, "  %-46s", label);
+  text += cell;
+  for (const double v : values) {
+    std::snprintf(cell, sizeof cell, " %8.2f", v);
+    text += cell;
+  }
+  text += '\n';
 }
 
 }  // namespace kiln::cuda

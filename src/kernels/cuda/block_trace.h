@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::cuda {
@@ -38,7 +41,10 @@ class BlockTraceRing {
 
 // The SM clock (GHz) that records imply: every complete record's cycles over its nanoseconds.
 double block_trace_ghz(const std::vector<uint64_t>& records, int words);
-// The median (upper middle) of v, 0 when empty.
-double block_trace_median(std::vector<double> v);
+// The p-quantile (0..1) of v by rank (0.5: the upper middle), 0 when empty.
+double block_trace_percentile(std::vector<double> v, double p);
+inline double block_trace_median(std::vector<double> v) { return block_trace_percentile(std::move(v), 0.5); }
+// Appends a report line to text: "  label", padded to a column, then each value as %8.2f.
+void block_trace_line(std::string& text, const char* label, std::initializer_list<double> values);
 
 }  // namespace kiln::cuda

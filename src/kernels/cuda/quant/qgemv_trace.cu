@@ -31,12 +31,6 @@ BlockTraceRing& ring() {
   return r;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
-}
-
 }  // namespace
 
 void qgemv_trace_prepare() {
@@ -86,28 +80,26 @@ std::string qgemv_trace_report() {
       exits.push_back((double(r[kTraceExitNs]) - first_wait) / 1000.0);
     }
     wait_skew.push_back((*std::max_element(waits.begin(), waits.end()) - first_wait) / 1000.0);
-    exit50.push_back(percentile(exits, 0.5));
-    exit90.push_back(percentile(exits, 0.9));
-    exit_last.push_back(*std::max_element(exits.begin(), exits.end()));
+    exit50.push_back(block_trace_percentile(exits, 0.5));
+    exit90.push_back(block_trace_percentile(exits, 0.9));
+    exit_last.push_back(block_trace_percentile(exits, 1.0));
     blocks_n.push_back(double(recs.size()));
     tiles_min.push_back(tmin);
     tiles_max.push_back(tmax);
   }
   if (launches == 0) return "";
-  char text[1400];
-  std::snprintf(text, sizeof text,
+  char head[256];
+  std::snprintf(head, sizeof head,
                 "decode GEMV trace (KILN_QGEMV_TRACE=%lldx%lld): %d launches of %.0f blocks (%.0f-%.0f tiles a block), "
-                "SM clock %.2f GHz; medians, us:\n"
-                "  a block resident before its wait returned      %8.2f\n"
-                "  the launch's wait returns, last - first         %8.2f\n"
-                "  a block's x staged after its wait               %8.2f\n"
-                "  then a 16-row tile (its tiles to its exit / n)  %8.2f\n"
-                "  the launch's exits after its first wait return:\n"
-                "    half of its blocks / 90%% / the last           %8.2f %8.2f %8.2f\n"
-                "  (from %%globaltimer at entry and exit and the cycles between)\n",
-                (long long)s.rows, (long long)s.cols, launches, med(blocks_n), med(tiles_min), med(tiles_max), ghz,
-                med(lead), med(wait_skew), med(staged), med(per_tile), med(exit50), med(exit90),
-                med(exit_last));
+                "SM clock %.2f GHz; medians, us:\n",
+                (long long)s.rows, (long long)s.cols, launches, med(blocks_n), med(tiles_min), med(tiles_max), ghz);
+  std::string text = head;
+  block_trace_line(text, "a block resident before its wait returned", {med(lead)});
+  block_trace_line(text, "the launch's wait returns, last - first", {med(wait_skew)});
+  block_trace_line(text, "a block's x staged after its wait", {med(staged)});
+  block_trace_line(text, "then a 16-row tile (its tiles to its exit / n)", {med(per_tile)});
+  block_trace_line(text, "exits after the first wait return: 50 / 90 / 100%", {med(exit50), med(exit90), med(exit_last)});
+  text += "  (from %globaltimer at entry and exit and the cycles between)\n";
   return text;
 }
 
