@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <vector>
 
-#include "backend/cuda/device_buffer.h"
 #include "kernel_lab.h"
 #include "kernels/cuda/handoff_probe.h"
 

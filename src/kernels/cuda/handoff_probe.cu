@@ -60,21 +60,12 @@ HandoffTiming handoff_chain(Handoff mode, int kernels, int blocks, int threads, 
   // of issuing them (kiln's decode step runs from a CUDA graph).
   hold_stream(2000 + 10 * int64_t(kernels), stream);
   KILN_CUDA_CHECK(cudaEventRecord(a, stream));
+  auto* kernel = mode == Handoff::plain ? handoff_kernel<Handoff::plain>
+                 : mode == Handoff::pdl ? handoff_kernel<Handoff::pdl>
+                                        : handoff_kernel<Handoff::flag>;
   for (int i = 0; i < kernels; ++i) {
-    switch (mode) {
-      case Handoff::plain:
-        launch_maybe_pdl(false, handoff_kernel<Handoff::plain>, dim3(unsigned(blocks)), dim3(unsigned(threads)), 0,
-                         stream, i, arrived.data(), value.data(), stale.data(), busy_cycles);
-        break;
-      case Handoff::pdl:
-        launch_maybe_pdl(true, handoff_kernel<Handoff::pdl>, dim3(unsigned(blocks)), dim3(unsigned(threads)), 0,
-                         stream, i, arrived.data(), value.data(), stale.data(), busy_cycles);
-        break;
-      case Handoff::flag:
-        launch_maybe_pdl(true, handoff_kernel<Handoff::flag>, dim3(unsigned(blocks)), dim3(unsigned(threads)), 0,
-                         stream, i, arrived.data(), value.data(), stale.data(), busy_cycles);
-        break;
-    }
+    launch_maybe_pdl(mode != Handoff::plain, kernel, dim3(unsigned(blocks)), dim3(unsigned(threads)), 0, stream, i,
+                     arrived.data(), value.data(), stale.data(), busy_cycles);
     KILN_CUDA_CHECK_LAUNCH();
   }
   KILN_CUDA_CHECK(cudaEventRecord(b, stream));
