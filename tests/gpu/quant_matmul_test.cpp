@@ -17,6 +17,7 @@ constexpr double kTolFp8Gemm = 2e-3;
 #include "backend/cuda/device_weight.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/quant/qmatmul.h"
+#include "kernels/cuda/tile_counters.h"
 #include "quant_test_util.h"
 
 namespace kiln::gputest {
@@ -107,6 +108,39 @@ TEST(GpuQuant, GemvTilesDealtOverEverySlot) {
         for (OutMode mode : kModes) check(c, mode, (m + int(mode)) % 2 == 0, seed++);
   }
   cuda::qgemv_set_version(0);
+}
+
+// Tiles drawn at run time (KILN_QGEMV_DEAL, on by default where x is staged): N = 35200 is 2200
+// tiles over 528 4-warp blocks (132 SMs), so every block runs 2 to 4 of its own (as many as its
+// ring's look-ahead needs: qgemv_v3.cu, v3_own_tiles) and draws the rest from a per-launch counter
+// (tile_counters.h). Against the reference at M = 1 and 9 (K = 4096 at M = 9 reads x from L2 and
+// does not draw), every scale layout; then one launch repeated past the counter ring
+// (2 kRing + 1 times): a counter the last draw did not zero would deal wrong tiles when its turn
+// came again. The drawn tiles multiply in a fixed order whichever block runs them, so every repeat
+// must equal the first bit for bit.
+TEST(GpuQuant, GemvTilesDrawnAtRunTime) {
+  KILN_REQUIRE_GPU();
+  uint32_t seed = 1100;
+  for (int64_t m : {1, 9})
+    for (Case c : {Case{QuantFormat::int4, m, 35200, 1024, 32}, Case{QuantFormat::int4, m, 35200, 1024, 256},
+                   Case{QuantFormat::int8, m, 35200, 1024, 1024}, Case{QuantFormat::int8, m, 35200, 1024, 32},
+                   Case{QuantFormat::int4, m, 35200, 4096, 128}})  // M = 9: x from L2
+      for (OutMode mode : kModes) check(c, mode, (m + int(mode)) % 2 == 0, seed++);
+
+  const Case c{QuantFormat::int4, 1, 35200, 4096, 32};
+  HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, seed);
+  cuda::DeviceWeight dw = cuda::upload_weight({&w});
+  auto dx = to_device_bf16(random_bf16_values(size_t(c.k), seed + 1));
+  DeviceBuffer<float> y(size_t(c.n));
+  auto run = [&] {
+    cuda::qgemv(dx.data(), dw.view(), nullptr, y.data(), OutMode::store_f32, 1, nullptr);
+    return y.to_host();
+  };
+  const std::vector<float> first = run();
+  for (int i = 0; i < 2 * cuda::TileCounters::kRing; ++i) {
+    const std::vector<float> again = run();
+    ASSERT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(float))) << "repeat " << i;
+  }
 }
 
 // int8 with x staged runs fp16 MMAs on fp16(x / 16) (qgemv_v3.cu, session 13): exact for bf16

@@ -18,6 +18,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/tile_counters.h"
 #include "model/random_weights.h"
 #include "profile/cost_model.h"
 
@@ -256,6 +257,8 @@ void CudaBackend::Impl::init_common() {
   // The diagnostics' record areas (KILN_ATTN_STREAM_TRACE, KILN_QGEMV_TRACE), before any graph capture.
   cuda::decode_stream_trace_prepare();
   cuda::qgemv_trace_prepare();
+  // The decode GEMVs' per-launch tile counters (tile_counters.h), before any graph capture too.
+  cuda::tile_counters_prepare();
 }
 
 // ---- construction ----------------------------------------------------------------------------

@@ -48,6 +48,7 @@
 #include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/sm_count.h"
+#include "kernels/cuda/tile_counters.h"
 
 namespace kiln::cuda {
 namespace {
@@ -55,16 +56,22 @@ namespace {
 using namespace qk;
 
 constexpr int kV3MaxWarps = 8;
+// Slots of a block's published draws (the kernel's drawn_tiles): a block runs at most this many
+// tiles of its own ahead of its draws.
+constexpr int kDrawRing = 8;
 
 // NT n-tiles of 8 activation rows; D super-chunks in flight per warp; XS: x staged in shared memory.
 // Blocks of 4 or 8 warps (blockDim.x), K split over them.
 // E: which rows a tile multiplies and what happens to its results (StoreRows, or a pairing
 // epilogue of gemv_epilogues.cuh).
+// deal (KILN_QGEMV_DEAL, tile_counters.h): nullptr, the tiles are dealt evenly in advance (base_tiles
+// or base_tiles + 1 a block); else every block runs base_tiles of its own first, then draws tiles
+// from the counter until none is left.
 template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
-                    uint64_t* __restrict__ trace) {
+                    uint32_t* __restrict__ deal, uint64_t* __restrict__ trace) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -80,21 +87,37 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n_sc = int(K / KS), groups = int(K / group);
   const int64_t row_bytes = F == QuantFormat::int4 ? K / 2 : K;
-  // This block's 16-row tiles [tile0, tile1): the stream below runs through them without draining
-  // (the first requests of tile i + 1 are in flight while tile i is finished).
+  // This block's sequence of 16-row tiles: its own [tile0, tile1), then (deal) the drawn ones. The
+  // stream below runs through them without draining (the first requests of tile i + 1 are in flight
+  // while tile i is finished).
   const int n_tiles = int((N + 15) / 16);
-  // Tiles are dealt evenly over the grid: n_tiles = grid x per + extra, the first `extra` blocks
-  // run per + 1 (the host divides: a division here cost the M > 8 kernels register spills).
+  // Own tiles dealt evenly over the grid: n_tiles = grid x per + extra, without deal the first
+  // `extra` blocks run per + 1 (the host divides: a division here cost the M > 8 kernels register
+  // spills); with deal every block runs per and the `extra` are drawn.
   const int blk = int(blockIdx.x), per = base_tiles, extra = n_tiles - per * int(gridDim.x);
-  const int tile0 = blk * per + min(blk, extra), tile1 = tile0 + per + (blk < extra ? 1 : 0);
+  const bool dealt = deal != nullptr;
+  const int tile0 = dealt ? blk * per : blk * per + min(blk, extra);
+  const int tile1 = tile0 + per + (!dealt && blk < extra ? 1 : 0);
+  // The drawn tiles: thread 0 draws the tile of sequence index j + per at the start of tile j (the
+  // atomic's round trip hidden by the tile) and publishes it at tile j's finish, before its first
+  // __syncthreads, in drawn_tiles[(j + per) % kDrawRing] (-1: none left, the sequence ends). A warp
+  // looks tile k up when it requests tile k - 1's last item, after processing the item D + 1 before
+  // the first of tile k, which lies in tile k - ceil((D + 1) / nw); the host makes per larger than
+  // that distance, so the lookup of j + per follows tile j's finish; and per < kDrawRing, so a slot is rewritten only after every
+  // warp has read it (the last read of index k follows finish k - 1, its slot's next write comes
+  // with finish k + kDrawRing - per).
+  __shared__ int drawn_tiles[kDrawRing];
+  int drawn = dealt ? 0 : -1;  // thread 0: the draw in flight (its atomic's result), -1 when none
+  auto seq_tile = [&](int k) { return k < tile1 - tile0 ? tile0 + k : dealt ? drawn_tiles[k % kDrawRing] : -1; };
   // This warp's super-chunks of every tile: [sc0, sc1), contiguous (its own 256-byte L2 fetches).
   const int sc0 = int(int64_t(warp) * n_sc / W), sc1 = int(int64_t(warp + 1) * n_sc / W);
-  const int nw = sc1 - sc0, total_items = nw * (tile1 - tile0);
+  const int nw = sc1 - sc0;
 
-  // The ring: item i (tile tile0 + i / nw, super-chunk sc0 + i % nw) sits in slot i % D until processed.
+  // The ring: item i (tile i / nw of the sequence, super-chunk sc0 + i % nw) sits in slot i % D until
+  // processed.
   uint4 ring_lo[D], ring_hi[D];
   float2 ring_slo[D], ring_shi[D];
-  int rq_tile = tile0, rq_sc = sc0;  // the next item to request
+  int rq_seq = 0, rq_tile = nw > 0 ? tile0 : -1, rq_sc = sc0;  // the next item to request (-1: none)
   const uint4 *rq_wlo, *rq_whi;
   const float2 *rq_slo, *rq_shi;
   auto rows_of = [&](int tile) {
@@ -116,7 +139,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   }
   // kRow with one tile: the rows' scales once (re-loading them per super-chunk cost int8 per channel
   // 8% on gate_up: H200 run 2 of session 4).
-  const bool row_once = SM == kRow && tile1 - tile0 == 1;
+  const bool row_once = SM == kRow && tile1 - tile0 == 1 && !dealt;
   const float2 once_lo = row_once ? __ldg(rq_slo) : make_float2(0.0f, 0.0f);
   const float2 once_hi = row_once ? __ldg(rq_shi) : make_float2(0.0f, 0.0f);
   auto request = [&](int d) {
@@ -128,23 +151,27 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     } else if constexpr (SM == kShift) {
       ring_slo[d] = __ldg(rq_slo + (rq_sc >> shift));
       ring_shi[d] = __ldg(rq_shi + (rq_sc >> shift));
-    } else if (tile1 - tile0 > 1) {  // kRow over several tiles (one tile: loaded once, below)
+    } else if (!row_once) {  // kRow over several tiles (one tile: loaded once, below)
       ring_slo[d] = __ldg(rq_slo);
       ring_shi[d] = __ldg(rq_shi);
     }
-    if (++rq_sc == sc1) {
+    if (++rq_sc == sc1) {  // the next tile is looked up with its predecessor's last request
       rq_sc = sc0;
-      if (++rq_tile < tile1) rows_of(rq_tile);
+      rq_tile = seq_tile(++rq_seq);
+      if (rq_tile >= 0) rows_of(rq_tile);
     }
   };
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (d < total_items) request(d);
+    if (rq_tile >= 0) request(d);
   // Launched with PDL (as gemv_mma.cuh): the first D requests above read only weights; x, which
   // the kernel before this one writes, is read after the wait (with ld_after_wait, not __ldg).
   pdl_wait();
   pdl_launch_dependents();
   Stamps::cycles(trace, QgemvTrace::kAfterWait);
+  // The first draw, after the wait: the launch before this one on the stream has finished with
+  // its counter (tile_counters.h).
+  if (dealt && threadIdx.x == 0) drawn = int(atomicAdd(deal, 1u));
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
   // (Folding the RMSNorm in front into this prologue, every block normalizing the fp32 row itself,
@@ -340,8 +367,16 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   };
 
   // A tile's partials meet in shared memory (as gemv_stash, W at run time) and the epilogue takes
-  // them; every warp calls this once per tile, in order (warps with no super-chunks too).
-  auto finish_tile = [&](int tile) {
+  // them; every warp calls this once per tile, in order (warps with no super-chunks too). seq: the
+  // tile's index in the block's sequence.
+  auto finish_tile = [&](int tile, int seq) {
+    if (threadIdx.x == 0 && drawn >= 0) {  // publish the draw for seq + per (made at seq's start)
+      const int n_drawn = extra;
+      if (drawn == n_drawn + int(gridDim.x) - 1) *deal = 0u;  // the launch's last draw: zero for the next
+      const int t = drawn < n_drawn ? n_tiles - n_drawn + drawn : -1;
+      drawn_tiles[(seq + per) % kDrawRing] = t;
+      drawn = t >= 0 ? 0 : -1;
+    }
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -353,26 +388,31 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     epi.rows(tile, lo0, hi0);
     epi.template finish<kV3MaxWarps, NT>(red, W, lo0, hi0, m_actual, N);  // starts with __syncthreads
     __syncthreads();
+    if (threadIdx.x == 0 && drawn >= 0) drawn = int(atomicAdd(deal, 1u));  // for seq + 1 + per
   };
 
   // The stream: process item i from its slot, then request item i + D into the same slot (after the
   // processing: the slot's registers are free again, no copies).
-  int pr_tile = tile0, pr_sc = sc0;
-  for (int base = 0; base < total_items; base += D) {  // warp-uniform
+  // Items are requested in order, so the next one to request (item i + D) goes to slot d.
+  int pr_seq = 0, pr_tile = tile0, pr_sc = sc0;
+  if (nw > 0) {
+    while (pr_tile >= 0) {  // warp-uniform
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
-      if (base + d >= total_items) break;
-      process(ring_lo[d], ring_hi[d], row_once ? once_lo : ring_slo[d], row_once ? once_hi : ring_shi[d], pr_sc);
-      if (base + d + D < total_items) request(d);
-      if (++pr_sc == sc1) {
-        pr_sc = sc0;
-        finish_tile(pr_tile++);
+      for (int d = 0; d < D; ++d) {
+        if (pr_tile < 0) break;
+        process(ring_lo[d], ring_hi[d], row_once ? once_lo : ring_slo[d], row_once ? once_hi : ring_shi[d], pr_sc);
+        if (rq_tile >= 0) request(d);
+        if (++pr_sc == sc1) {
+          pr_sc = sc0;
+          finish_tile(pr_tile, pr_seq);
+          pr_tile = seq_tile(++pr_seq);
+        }
       }
     }
+  } else {
+    for (; pr_tile >= 0; pr_tile = seq_tile(++pr_seq)) finish_tile(pr_tile, pr_seq);
   }
-  if (nw == 0)
-    for (int tile = tile0; tile < tile1; ++tile) finish_tile(tile);
-  Stamps::value(trace, QgemvTrace::kTiles, uint64_t(tile1 - tile0));
+  Stamps::value(trace, QgemvTrace::kTiles, uint64_t(pr_seq));
   Stamps::exit(trace);
 }
 
@@ -386,6 +426,25 @@ constexpr int v3_depth() {
 
 // Shared-memory budget of one block: a grid of 4-warp blocks wants 4 per SM, of 8-warp blocks 2.
 constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
+
+// KILN_QGEMV_DEAL: how many tiles a block runs of its own before it draws the rest (qgemv_v3_kernel's
+// deal), or 0: dealt evenly in advance. Evenly dealt, a launch whose tiles do not divide over its
+// blocks runs the late ones' last tiles in a tail (int4 gate/up, session 27: 208 of 528 blocks run 4
+// tiles, the others 3, and blocks on the SM of the RMSNorm before start 3.3 µs late). Drawing needs
+// the next tiles known before the warps request them: own > ceil((D + 1) / items per warp and tile)
+// (the kernel's drawn_tiles).
+// KILN_QGEMV_DEAL=0: none draws; 1 (default): launches with x staged in shared memory (M <= 8 at
+// K = 4096); 2: those with x from L2 too (M = 16 gate/up measured slower drawing, session 28).
+// KILN_QGEMV_DEAL_OWN=n runs n of its own (at most the even share, at least that bound).
+int v3_own_tiles(int64_t super_chunks, int warps, int depth, int per, bool uneven, bool x_staged) {
+  static const int mode = env_int("KILN_QGEMV_DEAL", 1);
+  static const int own_set = env_int("KILN_QGEMV_DEAL_OWN", 0);
+  const int64_t items = super_chunks / warps;  // the fewest of a warp per tile
+  if (mode <= 0 || (mode == 1 && !x_staged) || !uneven || items == 0) return 0;
+  const int least = int((depth + items) / items) + 1;
+  const int own = std::max(least, std::min(own_set, per));
+  return own <= per && own < kDrawRing ? own : 0;
+}
 
 template <QuantFormat F, int SM, int NT, bool XS, class E>
 void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, int64_t smem, int shift,
@@ -401,9 +460,16 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBudget8)));
     configured[h16] = true;
   }
+  const int64_t tiles = (w.rows + 15) / 16;
+  int per = int(tiles / blocks);
+  uint32_t* deal = nullptr;
+  const int own = v3_own_tiles(w.cols / (F == QuantFormat::int4 ? V3Format<QuantFormat::int4>::KS
+                                                                 : V3Format<QuantFormat::int8>::KS),
+                               warps, D, per, tiles % blocks != 0, XS);
+  if (own > 0 && (deal = tile_counter_next(stream)) != nullptr) per = own;
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
-                   w.cols, w.group, shift, int(((w.rows + 15) / 16) / blocks), qgemv_trace_next_slot(w.rows, w.cols));
+                   w.cols, w.group, shift, per, deal, qgemv_trace_next_slot(w.rows, w.cols));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.
