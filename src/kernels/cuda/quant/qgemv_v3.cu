@@ -49,6 +49,7 @@
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/sm_count.h"
 #include "kernels/cuda/tile_counters.h"
+#include "kernels/cuda/tile_draw.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -56,9 +57,14 @@ namespace {
 using namespace qk;
 
 constexpr int kV3MaxWarps = 8;
-// Slots of a block's published draws (the kernel's drawn_tiles): a block runs at most this many
-// tiles of its own ahead of its draws.
-constexpr int kDrawRing = 8;
+
+// Whether a launch may draw tiles (qgemv_v3_kernel's deal): with x staged in shared memory (XS), and
+// not the qkv GEMV's RoPE epilogue, which holds the most registers (with the draw code its int8
+// per-channel form spilled, ptxas, session 28) and whose launches run one tile a block on the Llama
+// shapes. With x from L2 (M > 8 at K = 4096) the draw code cost the int4 group-32 kernel a spill and
+// the first form of drawing measured M = 16 gate/up slower (session 28).
+template <class E, bool XS>
+constexpr bool kV3Draws = XS && !std::is_same_v<E, RopeKvEpi>;
 
 // NT n-tiles of 8 activation rows; D super-chunks in flight per warp; XS: x staged in shared memory.
 // Blocks of 4 or 8 warps (blockDim.x), K split over them.
@@ -95,20 +101,22 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   // `extra` blocks run per + 1 (the host divides: a division here cost the M > 8 kernels register
   // spills); with deal every block runs per and the `extra` are drawn.
   const int blk = int(blockIdx.x), per = base_tiles, extra = n_tiles - per * int(gridDim.x);
-  const bool dealt = deal != nullptr;
+  const bool dealt = kV3Draws<E, XS> && deal != nullptr;
   const int tile0 = dealt ? blk * per : blk * per + min(blk, extra);
   const int tile1 = tile0 + per + (!dealt && blk < extra ? 1 : 0);
-  // The drawn tiles: thread 0 draws the tile of sequence index j + per at the start of tile j (the
-  // atomic's round trip hidden by the tile) and publishes it at tile j's finish, before its first
-  // __syncthreads, in drawn_tiles[(j + per) % kDrawRing] (-1: none left, the sequence ends). A warp
-  // looks tile k up when it requests tile k - 1's last item, after processing the item D + 1 before
-  // the first of tile k, which lies in tile k - ceil((D + 1) / nw); the host makes per larger than
-  // that distance, so the lookup of j + per follows tile j's finish; and per < kDrawRing, so a slot is rewritten only after every
-  // warp has read it (the last read of index k follows finish k - 1, its slot's next write comes
-  // with finish k + kDrawRing - per).
-  __shared__ int drawn_tiles[kDrawRing];
-  int drawn = dealt ? 0 : -1;  // thread 0: the draw in flight (its atomic's result), -1 when none
-  auto seq_tile = [&](int k) { return k < tile1 - tile0 ? tile0 + k : dealt ? drawn_tiles[k % kDrawRing] : -1; };
+  // The drawn tiles (tile_draw.cuh): position k >= per of the sequence is drawn by the first warp
+  // that looks it up, when it requests tile k - 1's last item. Before the wait the warps request only
+  // their own tiles (the host makes per > D / items per warp and tile) and draw nothing: the launch
+  // before this one on the stream may still be done with its counter only then.
+  __shared__ TileDraws draws;
+  if (dealt) draws.init(int(threadIdx.x));  // read after x's staging (its __syncthreads)
+  auto seq_tile = [&](int k) {
+    if (k < tile1 - tile0) return tile0 + k;
+    if (!dealt) return -1;
+    int t = 0;
+    if (lane == 0) t = draws.lookup(deal, k, extra, n_tiles - extra);
+    return __shfl_sync(0xffffffffu, t, 0);
+  };
   // This warp's super-chunks of every tile: [sc0, sc1), contiguous (its own 256-byte L2 fetches).
   const int sc0 = int(int64_t(warp) * n_sc / W), sc1 = int(int64_t(warp + 1) * n_sc / W);
   const int nw = sc1 - sc0;
@@ -169,9 +177,6 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   pdl_wait();
   pdl_launch_dependents();
   Stamps::cycles(trace, QgemvTrace::kAfterWait);
-  // The first draw, after the wait: the launch before this one on the stream has finished with
-  // its counter (tile_counters.h).
-  if (dealt && threadIdx.x == 0) drawn = int(atomicAdd(deal, 1u));
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
   // (Folding the RMSNorm in front into this prologue, every block normalizing the fp32 row itself,
@@ -367,16 +372,8 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   };
 
   // A tile's partials meet in shared memory (as gemv_stash, W at run time) and the epilogue takes
-  // them; every warp calls this once per tile, in order (warps with no super-chunks too). seq: the
-  // tile's index in the block's sequence.
-  auto finish_tile = [&](int tile, int seq) {
-    if (threadIdx.x == 0 && drawn >= 0) {  // publish the draw for seq + per (made at seq's start)
-      const int n_drawn = extra;
-      if (drawn == n_drawn + int(gridDim.x) - 1) *deal = 0u;  // the launch's last draw: zero for the next
-      const int t = drawn < n_drawn ? n_tiles - n_drawn + drawn : -1;
-      drawn_tiles[(seq + per) % kDrawRing] = t;
-      drawn = t >= 0 ? 0 : -1;
-    }
+  // them; every warp calls this once per tile, in order (warps with no super-chunks too).
+  auto finish_tile = [&](int tile) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -388,7 +385,6 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     epi.rows(tile, lo0, hi0);
     epi.template finish<kV3MaxWarps, NT>(red, W, lo0, hi0, m_actual, N);  // starts with __syncthreads
     __syncthreads();
-    if (threadIdx.x == 0 && drawn >= 0) drawn = int(atomicAdd(deal, 1u));  // for seq + 1 + per
   };
 
   // The stream: process item i from its slot, then request item i + D into the same slot (after the
@@ -404,13 +400,13 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
         if (rq_tile >= 0) request(d);
         if (++pr_sc == sc1) {
           pr_sc = sc0;
-          finish_tile(pr_tile, pr_seq);
+          finish_tile(pr_tile);
           pr_tile = seq_tile(++pr_seq);
         }
       }
     }
   } else {
-    for (; pr_tile >= 0; pr_tile = seq_tile(++pr_seq)) finish_tile(pr_tile, pr_seq);
+    for (; pr_tile >= 0; pr_tile = seq_tile(++pr_seq)) finish_tile(pr_tile);
   }
   Stamps::value(trace, QgemvTrace::kTiles, uint64_t(pr_seq));
   Stamps::exit(trace);
@@ -430,20 +426,19 @@ constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
 // KILN_QGEMV_DEAL: how many tiles a block runs of its own before it draws the rest (qgemv_v3_kernel's
 // deal), or 0: dealt evenly in advance. Evenly dealt, a launch whose tiles do not divide over its
 // blocks runs the late ones' last tiles in a tail (int4 gate/up, session 27: 208 of 528 blocks run 4
-// tiles, the others 3, and blocks on the SM of the RMSNorm before start 3.3 µs late). Drawing needs
-// the next tiles known before the warps request them: own > ceil((D + 1) / items per warp and tile)
-// (the kernel's drawn_tiles).
-// KILN_QGEMV_DEAL=0: none draws; 1 (default): launches with x staged in shared memory (M <= 8 at
-// K = 4096); 2: those with x from L2 too (M = 16 gate/up measured slower drawing, session 28).
-// KILN_QGEMV_DEAL_OWN=n runs n of its own (at most the even share, at least that bound).
-int v3_own_tiles(int64_t super_chunks, int warps, int depth, int per, bool uneven, bool x_staged) {
-  static const int mode = env_int("KILN_QGEMV_DEAL", 1);
+// tiles, the others 3, and blocks on the SM of the RMSNorm before start 3.3 µs late). A block's
+// requests before the wait reach D items into its sequence and must stay in its own tiles:
+// own > D / items per warp and tile.
+// KILN_QGEMV_DEAL=0: none draws. KILN_QGEMV_DEAL_OWN=n runs n of its own (at most the even share,
+// at least that bound).
+int v3_own_tiles(int64_t super_chunks, int warps, int depth, int per, bool uneven) {
+  static const bool on = env_switch_on("KILN_QGEMV_DEAL");
   static const int own_set = env_int("KILN_QGEMV_DEAL_OWN", 0);
   const int64_t items = super_chunks / warps;  // the fewest of a warp per tile
-  if (mode <= 0 || (mode == 1 && !x_staged) || !uneven || items == 0) return 0;
-  const int least = int((depth + items) / items) + 1;
+  if (!on || !uneven || items == 0) return 0;
+  const int least = int(depth / items) + 1;
   const int own = std::max(least, std::min(own_set, per));
-  return own <= per && own < kDrawRing ? own : 0;
+  return own <= per ? own : 0;
 }
 
 template <QuantFormat F, int SM, int NT, bool XS, class E>
@@ -465,8 +460,8 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
   uint32_t* deal = nullptr;
   const int own = v3_own_tiles(w.cols / (F == QuantFormat::int4 ? V3Format<QuantFormat::int4>::KS
                                                                  : V3Format<QuantFormat::int8>::KS),
-                               warps, D, per, tiles % blocks != 0, XS);
-  if (own > 0 && (deal = tile_counter_next(stream)) != nullptr) per = own;
+                               warps, D, per, tiles % blocks != 0);
+  if (kV3Draws<E, XS> && own > 0 && (deal = tile_counter_next(stream)) != nullptr) per = own;
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
                    w.cols, w.group, shift, per, deal, qgemv_trace_next_slot(w.rows, w.cols));
