@@ -106,16 +106,16 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const int tile1 = tile0 + per + (!dealt && blk < extra ? 1 : 0);
   // The drawn tiles (tile_draw.cuh): position k >= per of the sequence is drawn by the first warp
   // that looks it up, when it requests tile k - 1's last item. Before the wait the warps request only
-  // their own tiles (the host makes per > D / items per warp and tile) and draw nothing: the launch
-  // before this one on the stream may still be done with its counter only then.
+  // their own tiles (the host makes per > D / items per warp and tile) and draw nothing: only after
+  // the wait is the launch before this one on the stream done with its counter.
   __shared__ TileDraws draws;
   if (dealt) draws.init(int(threadIdx.x));  // read after x's staging (its __syncthreads)
   auto seq_tile = [&](int k) {
     if (k < tile1 - tile0) return tile0 + k;
     if (!dealt) return -1;
-    int t = 0;
-    if (lane == 0) t = draws.lookup(deal, k, extra, n_tiles - extra);
-    return __shfl_sync(0xffffffffu, t, 0);
+    int drawn = 0;
+    if (lane == 0) drawn = draws.lookup(deal, k, extra, n_tiles - extra);
+    return __shfl_sync(0xffffffffu, drawn, 0);
   };
   // This warp's super-chunks of every tile: [sc0, sc1), contiguous (its own 256-byte L2 fetches).
   const int sc0 = int(int64_t(warp) * n_sc / W), sc1 = int(int64_t(warp + 1) * n_sc / W);
