@@ -46,6 +46,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant/qgemv_v3_parts.cuh"
 #include "kernels/cuda/quant/qgemv_trace.h"
+#include "kernels/cuda/quant/qgemv_v3_grid.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/sm_count.h"
 #include "kernels/cuda/tile_counters.h"
@@ -420,27 +421,6 @@ constexpr int v3_depth() {
   return XS ? 4 : 3;
 }
 
-// Shared-memory budget of one block: a grid of 4-warp blocks wants 4 per SM, of 8-warp blocks 2.
-constexpr int64_t kSmemBudget4 = 52 * 1024, kSmemBudget8 = 100 * 1024;
-
-// KILN_QGEMV_DEAL: how many tiles a block runs of its own before it draws the rest (qgemv_v3_kernel's
-// deal), or 0: dealt evenly in advance. Evenly dealt, a launch whose tiles do not divide over its
-// blocks runs the late ones' last tiles in a tail (int4 gate/up, session 27: 208 of 528 blocks run 4
-// tiles, the others 3, and blocks on the SM of the RMSNorm before start 3.3 µs late). A block's
-// requests before the wait reach D items into its sequence and must stay in its own tiles:
-// own > D / items per warp and tile.
-// KILN_QGEMV_DEAL=0: none draws. KILN_QGEMV_DEAL_OWN=n runs n of its own (at most the even share,
-// at least that bound).
-int v3_own_tiles(int64_t super_chunks, int warps, int depth, int per, bool uneven) {
-  static const bool on = env_switch_on("KILN_QGEMV_DEAL");
-  static const int own_set = env_int("KILN_QGEMV_DEAL_OWN", 0);
-  const int64_t items = super_chunks / warps;  // the fewest of a warp per tile
-  if (!on || !uneven || items == 0) return 0;
-  const int least = int(depth / items) + 1;
-  const int own = std::max(least, std::min(own_set, per));
-  return own <= per ? own : 0;
-}
-
 template <QuantFormat F, int SM, int NT, bool XS, class E>
 void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, int64_t smem, int shift,
                int64_t blocks, cudaStream_t stream) {
@@ -480,7 +460,7 @@ template <QuantFormat F, int SM, int NT, class E>
 void dispatch_v3(const bf16* x, const QWeight& w, const E& epi, int m, bool allow_xs, bool persist, int shift,
                  cudaStream_t stream) {
   const int64_t tiles = (w.rows + 15) / 16;
-  const bool w8 = tiles <= 2 * int64_t(device_sm_count());  // as gemv v2: 8-warp blocks for small grids
+  const bool w8 = v3_wide_blocks(F, m) || tiles <= 2 * int64_t(device_sm_count());  // as gemv v2 for small grids
   const int64_t smem = v3_smem_bytes(w.cols, m, NT, v3_fold_unit(F, SM));
   const bool xs = allow_xs && smem <= (w8 ? kSmemBudget8 : kSmemBudget4);
   // Blocks: at most one wave (4-warp blocks: 4 per SM; 8-warp: 2), so each block stages x once and
