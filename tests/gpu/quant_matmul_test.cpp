@@ -111,13 +111,13 @@ TEST(GpuQuant, GemvTilesDealtOverEverySlot) {
 }
 
 // Tiles drawn at run time (KILN_QGEMV_DEAL, on by default where x is staged): N = 35200 is 2200
-// tiles over 528 4-warp blocks (132 SMs), so every block runs 1 to 3 of its own (as many as its
-// requests before the wait reach: qgemv_v3.cu, v3_own_tiles) and draws the rest from a per-launch
-// counter (tile_counters.h, tile_draw.cuh). Against the reference at M = 1 and 9 (K = 4096 at M = 9 reads x from L2 and
-// does not draw), every scale layout; then one launch repeated past the counter ring
-// (2 kRing + 1 times): a counter the last draw did not zero would deal wrong tiles when its turn
-// came again. The drawn tiles multiply in a fixed order whichever block runs them, so every repeat
-// must equal the first bit for bit.
+// tiles over 528 4-warp blocks (132 SMs; int8 at M = 1: 264 8-warp blocks, qgemv_v3_grid.h), so
+// every block runs the few tiles its requests before the wait reach (v3_own_tiles: 1 to 3 here)
+// and draws the rest from a per-launch counter (tile_counters.h, tile_draw.cuh). Against the
+// reference at M = 1 and 9 (K = 4096 at M = 9 reads x from L2 and does not draw), every scale
+// layout; then one launch repeated past the counter ring (2 kRing + 1 times): a counter the last
+// draw did not zero would deal wrong tiles when its turn came again. The drawn tiles multiply in a
+// fixed order whichever block runs them, so every repeat must equal the first bit for bit.
 TEST(GpuQuant, GemvTilesDrawnAtRunTime) {
   KILN_REQUIRE_GPU();
   uint32_t seed = 1100;
