@@ -53,6 +53,7 @@
 #include "kernels/cuda/attention_decode_slices.h"
 #include "kernels/cuda/attention_decode_stream.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/epilogue.cuh"
@@ -335,14 +336,11 @@ void launch_decode_mma(const DecodeTuning& tune, const bf16* q, KvLayout kv, con
   std::call_once(configured, [] {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(decode_smem_bytes<D, kStages>())));
-    int dev = 0, sms = 0, per_sm = 0, major = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    int per_sm = 0;
     KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMmaThreads,
                                                                   decode_smem_bytes<D, kStages>()));
-    resident_blocks = std::max(1, sms * std::max(1, per_sm));
-    pdl_ok = major >= 9;
+    resident_blocks = std::max(1, device_sm_count() * std::max(1, per_sm));
+    pdl_ok = device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
   });
   const int group = n_heads / n_kv_heads, head_groups = (group + kMmaRows - 1) / kMmaRows;
   const int ws_splits = int(decode_max_splits(max_kv_len));

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_attributes.h"
 
 namespace kiln::cuda {
 
@@ -33,9 +34,7 @@ GroupOccupancy measure_group_occupancy(Kernel kernel, int threads, SmemOf smem_o
   GroupOccupancy r;
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(smem_of(kDecodeMaxGroup))));
-  int dev = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&dev));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
+  r.sms = device_sm_count();
   for (int g = 1; g <= kDecodeMaxGroup; ++g)
     KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm[g], kernel, threads, smem_of(g)));
   return r;

@@ -40,6 +40,7 @@
 #include "kernels/cuda/attention_decode_slices.h"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_q8_tile.cuh"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/pdl.cuh"
@@ -250,13 +251,10 @@ void launch_q8(const bf16* q, KvLayout kv, const int32_t* kv_len, int64_t max_kv
   constexpr size_t smem = Q8Smem<D, kV>::kBytes;
   std::call_once(configured, [] {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    int dev = 0, sms = 0, per_sm = 0, major = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    int per_sm = 0;
     KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-    resident_blocks = std::max(1, sms * std::max(1, per_sm));
-    pdl_ok = major >= 9;
+    resident_blocks = std::max(1, device_sm_count() * std::max(1, per_sm));
+    pdl_ok = device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
   });
   const int group = n_heads / n_kv_heads, head_groups = (group + kRows - 1) / kRows;
   const int ws_splits = int(decode_max_splits(max_kv_len));

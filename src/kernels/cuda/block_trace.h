@@ -29,8 +29,6 @@ class BlockTraceRing {
   // The slots written so far (used x blocks x words words; a block's record is all zero if that
   // block never ran or was not traced), after synchronizing the device.
   std::vector<uint64_t> snapshot(int* used);
-  int blocks() const { return blocks_; }
-  int words() const { return words_; }
 
  private:
   const int slots_, blocks_, words_;

@@ -69,6 +69,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
@@ -351,12 +352,6 @@ int choose_splits(const SplitGeom& g, int64_t M, int64_t N, int64_t K, int sms, 
   return best_t <= 0.85 * t1 ? best : 1;
 }
 
-int device_sms() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 132;
-  return sms;
-}
 
 // KILN_GEMM_SPLITK, read once: unset / empty / "auto" (any non-number) -> -1 (auto), "0" -> 0
 // (matmul never splits: the pre-split-K path), n >= 1 -> n (matmul forces n slices for
@@ -375,7 +370,7 @@ int gemm_splitk_plan(int version, int splits, int64_t M, int64_t N, int64_t K, i
   if (M <= 0 || N <= 0 || K <= 0 || K % 8 != 0) return 1;
   const bool wg = version != 2 && gemm_wgmma_available();
   const SplitGeom& g = wg ? kGeomWgmma : kGeomMma;
-  const int sms = wg ? gemm_wgmma_sms() : device_sms();
+  const int sms = wg ? gemm_wgmma_sms() : device_sm_count();
   const int64_t fit = workspace_floats / (M * N);  // slices the workspace holds
   int S = splits > 0 ? splits : choose_splits(g, M, N, K, sms, kSplitKMaxSplits);
   S = int(std::min<int64_t>(S, fit));

@@ -95,13 +95,13 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/gemv_wgmma.h"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/matmul.h"
-#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {

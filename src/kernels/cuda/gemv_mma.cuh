@@ -12,12 +12,12 @@
 #include <algorithm>
 
 #include "core/env.h"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_epilogues.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 

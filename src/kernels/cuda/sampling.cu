@@ -11,9 +11,9 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/epilogue.cuh"
-#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {

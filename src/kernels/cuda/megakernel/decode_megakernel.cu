@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_epilogues.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
@@ -20,7 +21,6 @@
 #include "kernels/cuda/megakernel/megakernel_plan.cuh"
 #include "kernels/cuda/megakernel/megakernel_produce.cuh"
 #include "kernels/cuda/megakernel/megakernel_sync.cuh"
-#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {
@@ -371,12 +371,7 @@ size_t slot_bytes(QuantFormat f) {
 }
 
 int max_dynamic_smem() {
-  static const int v = [] {
-    int dev = 0, bytes = 0;
-    KILN_CUDA_CHECK(cudaGetDevice(&dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return bytes;
-  }();
+  static const int v = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   return v;
 }
 

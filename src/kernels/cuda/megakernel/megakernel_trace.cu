@@ -4,10 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/gemv_reduce.cuh"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/megakernel/decode_megakernel.h"
 #include "kernels/cuda/megakernel/megakernel_plan.cuh"
-#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 

@@ -15,11 +15,11 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/quant/qmatmul.h"
-#include "kernels/cuda/sm_count.h"
 
 namespace kiln::cuda {
 namespace {

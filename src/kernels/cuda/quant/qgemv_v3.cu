@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
 #include "kernels/cuda/block_trace.cuh"
+#include "kernels/cuda/device_attributes.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/gemv_epilogues.cuh"
@@ -48,7 +49,6 @@
 #include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/quant/qgemv_v3_grid.h"
 #include "kernels/cuda/quant/qmatmul.h"
-#include "kernels/cuda/sm_count.h"
 #include "kernels/cuda/tile_counters.h"
 #include "kernels/cuda/tile_draw.cuh"
 
