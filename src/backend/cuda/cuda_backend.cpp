@@ -118,7 +118,7 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,
-      [&](int64_t l) {
+      [&](int64_t l) -> bool {
         const cuda::KvLayout kv = seq.layer(c, l);
         if (!fused || !fused_decode.qkv) {  // unless the qkv GEMV rotated and wrote K/V itself
           m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
@@ -127,7 +127,18 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
                            a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
           });
         }
-        if (n == 1) {
+        if (n == 1 && (Impl::decode_probe() & Impl::kProbeSkipAttention)) {
+          // KILN_DECODE_PROBE: no attention (timing bound only)
+        } else if (n == 1 && fused && !fused_decode.fold_norms && m.attn_o_for(l, kv, seq.capacity())) {
+          const cuda::QWeight wo = m.layers[size_t(l)].wo.view();
+          profile::Cost cost = profile::attention(1, start, c, m.kv_widths(false));
+          cost += profile::linear(1, wo.rows, wo.cols, 8, m.weight_widths(wo));
+          m.op("attention+o.fused", cost, [&] {
+            cuda::attention_o_fused(a.q, kv, kv_len, wo, a.x, {m.attn_o_partials.data(), m.attn_o_counters.data()},
+                                    int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+          });
+          return true;
+        } else if (n == 1) {
           // start is for the analytic count only; the kernel reads the length from kv_len (graph replay)
           const cuda::DecodeWorkspace ws =
               cuda::decode_workspace(seq.workspace.data(), 1, int(c.n_heads), int(c.head_dim), seq.capacity());
@@ -142,6 +153,7 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
                                     m.s());
           });
         }
+        return false;
       },
       fused ? &fused_decode : nullptr);
   if (out_first < n) m.enqueue_head(a, a.x + out_first * c.hidden_size, n - out_first);
@@ -289,6 +301,7 @@ CudaBackend::CudaBackend(ModelConfig config, const ModelWeights& w, CudaBackendO
   }
   m.init_quant_scratch();
   m.decide_fused_decode();
+  m.decide_attn_o();
   m.decide_megakernel();
 }
 
@@ -336,6 +349,7 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   KILN_CUDA_CHECK(cudaStreamSynchronize(s));
   m.init_quant_scratch();
   m.decide_fused_decode();
+  m.decide_attn_o();
   m.decide_megakernel();
   return b;
 }

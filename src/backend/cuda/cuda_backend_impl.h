@@ -10,10 +10,12 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -24,6 +26,7 @@
 #include "core/check.h"
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_o_fused.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/kv_quant.h"
@@ -362,6 +365,7 @@ struct CudaBackend::Impl {
   bool norm_for(const cuda_backend::Activations& a, const DeviceBuffer<bf16>& weight, const cuda::QWeight& next,
                 int64_t n) {
     const int64_t H = c.hidden_size;
+    if (n == 1 && (decode_probe() & kProbeSkipNorms)) return false;
     static const bool fuse = env_switch_on("KILN_FP8_NORM_QUANT");
     if (fuse && next.format == QuantFormat::fp8 && a.xq && a.xq_cols >= H && cuda::rmsnorm_fp8_fusable(H)) {
       profile::Cost cost = profile::rmsnorm(n, H);
@@ -374,6 +378,21 @@ struct CudaBackend::Impl {
     }
     op("rmsnorm", profile::rmsnorm(n, H), [&] { cuda::rmsnorm(a.x, nullptr, weight.data(), a.xn, n, H, c.rms_eps, s()); });
     return false;
+  }
+
+  // KILN_DECODE_PROBE (a bit mask; timing bounds only, the logits are WRONG): a one-token step
+  // leaves out its attention (1), its layers' RMSNorm kernels (2) or its o GEMV (4), so tg128 says
+  // what a step would gain if that kernel and its boundaries cost nothing (the upper bound of a
+  // fusion that removes them; docs/performance/decode-step.md, session 29). The weights' speed does
+  // not depend on the values the skipped kernels would have written.
+  static constexpr int kProbeSkipAttention = 1, kProbeSkipNorms = 2, kProbeSkipO = 4;
+  static int decode_probe() {
+    static const int probe = [] {
+      const int p = env_int("KILN_DECODE_PROBE", 0);
+      if (p) std::fprintf(stderr, "KILN_DECODE_PROBE=%d: decode steps skip kernels; their logits are wrong\n", p);
+      return p;
+    }();
+    return probe;
   }
 
   // A batch-1 decode step runs each layer as 7 kernels instead of 9, RoPE (with the K/V write) and
@@ -405,6 +424,29 @@ struct CudaBackend::Impl {
   // in shared memory, turns it off for the whole model). KILN_NORM_FOLD=0: the rmsnorm kernels,
   // for the same-binary comparison.
   bool use_norm_fold = false;
+  // The batch-1 attention and o projection as one kernel (cuda::attention_o_fused, session 29)
+  // where it applies: int4 o weights in groups of 128 in every layer, a single sequence's bf16
+  // cache of at most 256 positions. KILN_ATTN_O_FUSED=1 turns it on (off by default until measured
+  // faster on the H200); its workspace is allocated here, its counters zeroed once.
+  bool use_attn_o = false;
+  DeviceBuffer<float> attn_o_partials;
+  DeviceBuffer<uint32_t> attn_o_counters;
+  void decide_attn_o() {
+    use_attn_o = use_fused_decode && env_int("KILN_ATTN_O_FUSED", 0) == 1;
+    for (const cuda_backend::DeviceLayer& d : layers)
+      use_attn_o = use_attn_o && d.wo.format == QuantFormat::int4 && d.wo.group == 128;
+    if (!use_attn_o) return;
+    attn_o_partials = DeviceBuffer<float>(size_t(cuda::attention_o_partial_floats(int(c.n_kv_heads), c.hidden_size)));
+    attn_o_counters = DeviceBuffer<uint32_t>(size_t(cuda::attention_o_counters(c.hidden_size)));
+    KILN_CUDA_CHECK(cudaMemset(attn_o_counters.data(), 0, attn_o_counters.size() * sizeof(uint32_t)));
+  }
+  // Whether layer l's attention and o projection over `kv` (a single sequence of capacity max_kv_len)
+  // run fused.
+  bool attn_o_for(int64_t l, const cuda::KvLayout& kv, int64_t max_kv_len) const {
+    return use_attn_o && cuda::attention_o_fusable(layers[size_t(l)].wo.view(), int(c.n_heads), int(c.n_kv_heads),
+                                                   int(c.head_dim), kv, max_kv_len);
+  }
+
   // Where the fused qkv GEMV puts K/V and reads the position (set: the layers run fused).
   struct FusedDecode {
     const int32_t* position = nullptr;                    // device: the token's position
@@ -466,11 +508,19 @@ struct CudaBackend::Impl {
       } else {
         linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
-      attend(l);
-      if (fold)
-        linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
+      // attend(l) may also have run the o projection (the fused attention + o kernel): it then
+      // returns true.
+      bool o_done = false;
+      if constexpr (std::is_same_v<std::invoke_result_t<Attend&, int64_t>, bool>)
+        o_done = attend(l);
       else
+        attend(l);
+      if (o_done) {
+      } else if (fold) {
+        linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
+      } else if (!(n == 1 && (decode_probe() & kProbeSkipO))) {
         linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
+      }
       cuda::QScratch gu_scratch = qscratch_for(a);
       gu_scratch.xq_ready = fold ? false : norm_for(a, L.ffn_norm, L.w_gu.view(), n);
       if (fused) {
