@@ -383,7 +383,7 @@ struct CudaBackend::Impl {
   // KILN_DECODE_PROBE (a bit mask; timing bounds only, the logits are WRONG): a one-token step
   // leaves out its attention (1), its layers' RMSNorm kernels (2) or its o GEMV (4), so tg128 says
   // what a step would gain if that kernel and its boundaries cost nothing (the upper bound of a
-  // fusion that removes them; docs/performance/decode-step.md, session 29). The weights' speed does
+  // fusion that removes them; docs/performance/decode-boundaries.md, session 29). The weights' speed does
   // not depend on the values the skipped kernels would have written.
   static constexpr int kProbeSkipAttention = 1, kProbeSkipNorms = 2, kProbeSkipO = 4;
   static int decode_probe() {
@@ -426,8 +426,9 @@ struct CudaBackend::Impl {
   bool use_norm_fold = false;
   // The batch-1 attention and o projection as one kernel (cuda::attention_o_fused, session 29)
   // where it applies: int4 o weights in groups of 128 in every layer, a single sequence's bf16
-  // cache of at most 256 positions. KILN_ATTN_O_FUSED=1 turns it on (off by default until measured
-  // faster on the H200); its workspace is allocated here, its counters zeroed once.
+  // cache of at most 256 positions. KILN_ATTN_O_FUSED=1 turns it on: off by default, measured 5%
+  // slower than the separate kernels (H100, session 29: docs/performance/decode-boundaries.md); its
+  // workspace is allocated here, its counters zeroed once.
   bool use_attn_o = false;
   DeviceBuffer<float> attn_o_partials;
   DeviceBuffer<uint32_t> attn_o_counters;

@@ -4,11 +4,12 @@
 // products of a slice meet in a workspace, summed in a fixed order by the slice's last block and
 // added into the residual. One launch and one PDL boundary instead of two.
 //
-// Why (docs/performance/decode-step.md, session 29): the batch-1 int4 step spends ~16 µs a layer
+// Why (docs/performance/decode-boundaries.md, session 29): the batch-1 int4 step spends ~16 µs a layer
 // from the qkv GEMV's end to the o GEMV's end for ~0.5 MB of K/V and 8.4 MB of o weights, and
 // leaving the attention kernel out of the step (KILN_DECODE_PROBE=1, logits wrong) made tg128 11%
 // faster on an H100: its launch, its wait and the o GEMV's weight requests competing with its tiles
-// are most of that time.
+// are most of that time. Measured (same H100 session): the fused kernel is 5% slower at tg128 int4,
+// not traced yet, so the backend takes it only when asked (KILN_ATTN_O_FUSED=1).
 #pragma once
 
 #include <cuda_runtime.h>

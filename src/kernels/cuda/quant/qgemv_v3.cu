@@ -172,10 +172,9 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   };
   // l2_mode (KILN_QGEMV_L2_REST, qgemv_v3_grid.h): kV3L2Rest, the rest of this warp's share of its
   // first tile -- the items past the D requested into registers -- is asked into L2 too;
-  // kV3L2Only, all of that share goes to L2 and the D register requests wait for the PDL wait (so
-  // x's loads after the wait do not queue behind them in this SM's load path). One prefetch per
-  // 128-byte line (two super-chunks of a row) and row. Weights only: they do not depend on the
-  // kernel before.
+  // kV3L2Only (an experiment, slower everywhere), all of that share goes to L2 and the D register
+  // requests wait for the PDL wait. One prefetch per 128-byte line (two super-chunks of a row) and
+  // row. Weights only: they do not depend on the kernel before.
   const bool l2_only = l2_mode == kV3L2Only && tile1 > tile0;
   if (!l2_only) {
 #pragma unroll

@@ -47,7 +47,7 @@ inline bool v3_wide_blocks(QuantFormat f, int m) {
 // (o, down), 4 launches of several tiles a block (gate/up, lm_head); with 8 the chosen launches
 // prefetch their whole first tile into L2 and request nothing into registers before the wait
 // (kV3L2Only), else only the part past the registers' D super-chunks (kV3L2Rest). Default 1.
-// Session 29 (H100, docs/performance/qgemv-tiles.md): the int4 qkv GEMV's blocks in the step are
+// Session 29 (H100, docs/performance/decode-boundaries.md): the int4 qkv GEMV's blocks in the step are
 // resident 1.3 µs before their wait, stage x 4.1 µs after it and take 6.1 µs more for the second
 // half of their one tile; with its rest in L2 that half takes 5.1 µs and tg128 int4 + head gains
 // 0.8% (two calls), int8 + head 0.1-0.6%. o / down (2) lost 2-3%, and L2 only (8) lost everywhere:
