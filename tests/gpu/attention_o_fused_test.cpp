@@ -84,6 +84,13 @@ void check(Shape s, int len, int64_t capacity, uint32_t seed) {
   };
   const std::vector<float> out = fused(), again = fused();
   EXPECT_LT(rel_error(out, separate), kTolF32Out);
+  // The products alone (the residual taken off both): summation order should leave ~1e-6 here; the
+  // backend test below sees logits further apart than that predicts (session 29), so print it.
+  std::vector<float> p_fused(out), p_separate(separate);
+  for (size_t i = 0; i < y0.size(); ++i) p_fused[i] -= y0[i], p_separate[i] -= y0[i];
+  const double products = rel_error(p_fused, p_separate);
+  EXPECT_LT(products, 1e-3);
+  if (len == 65 || len == 200) std::printf("[ attn+o   ] %d positions: products %.2e apart\n", len, products);
   EXPECT_LT(rel_error(out, ref), kTolBf16Out);
   EXPECT_EQ(0, std::memcmp(out.data(), again.data(), out.size() * sizeof(float)));
 }
