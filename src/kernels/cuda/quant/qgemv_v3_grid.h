@@ -50,7 +50,7 @@ inline bool v3_wide_blocks(QuantFormat f, int m) {
 // Session 29 (H100, docs/performance/decode-boundaries.md): the int4 qkv GEMV's blocks in the step are
 // resident 1.3 µs before their wait, stage x 4.1 µs after it and take 6.1 µs more for the second
 // half of their one tile; with its rest in L2 that half takes 5.1 µs and tg128 int4 + head gains
-// 0.8% (two calls), int8 + head 0.1-0.6%. o / down (2) lost 2-3%, and L2 only (8) lost everywhere:
+// 0.8% (two calls), int8 + head 0.1-0.6%. o / down (2) lost 3-4%, and L2 only (8) lost everywhere:
 // x's loads after the wait then took longer still (5.9 µs), so what they queue behind is the
 // memory system's flood, not the SM's own register requests.
 constexpr int kV3L2Rest = 1, kV3L2Only = 2;
