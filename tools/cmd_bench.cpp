@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
 #include "kernels/cuda/attention_decode_trace.h"
+#include "kernels/cuda/attention_o_trace.h"
 #include "kernels/cuda/quant/qgemv_trace.h"
 #endif
 
@@ -145,6 +146,7 @@ void run(const BenchOptions& o) {
     if (auto* cb = dynamic_cast<CudaBackend*>(backend.get())) fmt::print("{}", cb->megakernel_trace_report());
     fmt::print("{}", cuda::decode_stream_trace_report());  // KILN_ATTN_STREAM_TRACE=1
     fmt::print("{}", cuda::qgemv_trace_report());          // KILN_QGEMV_TRACE=RxC
+    fmt::print("{}", cuda::attention_o_trace_report());    // KILN_ATTN_O_TRACE=1
 #endif
   }
 

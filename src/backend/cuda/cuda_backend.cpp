@@ -14,6 +14,7 @@
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode_trace.h"
+#include "kernels/cuda/attention_o_trace.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/quant/qgemv_trace.h"
@@ -269,6 +270,7 @@ void CudaBackend::Impl::init_common() {
   // The diagnostics' record areas (KILN_ATTN_STREAM_TRACE, KILN_QGEMV_TRACE), before any graph capture.
   cuda::decode_stream_trace_prepare();
   cuda::qgemv_trace_prepare();
+  cuda::attention_o_trace_prepare();
   // The decode GEMVs' per-launch tile counters (tile_counters.h), before any graph capture too.
   cuda::tile_counters_prepare();
 }

@@ -26,6 +26,8 @@
 #include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_o_fused.h"
+#include "kernels/cuda/attention_o_trace.h"
+#include "kernels/cuda/block_trace.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant/qgemv_v3_parts.cuh"
 
@@ -72,7 +74,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     attention_o_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                        const uint8_t* __restrict__ wq, const float2* __restrict__ scales, float* __restrict__ y,
                        float* __restrict__ partials, uint32_t* __restrict__ counters, int n_kv_heads, int group,
-                       int64_t N, int64_t K, float scale_log2, bool w_early) {
+                       int64_t N, int64_t K, float scale_log2, bool w_early, uint64_t* __restrict__ trace) {
+  // KILN_ATTN_O_TRACE (attention_o_trace.h): thread 0 of each block stamps its points (no-ops when off).
+  using Stamps = BlockStamps<AttnOTrace::kBlocks, AttnOTrace::kWords>;
+  Stamps::enter(trace);
   extern __shared__ __align__(16) unsigned char smem[];
   const Smem L = smem_of(group, RB);
   const int kvh = int(blockIdx.x) % n_kv_heads, slice = int(blockIdx.x) / n_kv_heads;
@@ -125,6 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   pdl_wait();
   pdl_launch_dependents();
+  Stamps::cycles(trace, AttnOTrace::kAfterWait);
 
   // ---- the attention of this KV head's query heads ----
   // q and the newest K/V row by plain loads (a cp.async group here would have to wait for the
@@ -160,7 +166,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     else
       attn::cp_async_wait<0>();
     __syncthreads();  // the tile (and at tile 0 q) is in shared memory for every thread
-    if (tile == 0) q_frags8(qf, q_slot);
+    if (tile == 0) {
+      Stamps::cycles(trace, AttnOTrace::kFirstTile);
+      q_frags8(qf, q_slot);
+    }
     const int visible_n = min(kTile, len - tile * kTile);
     if (visible_n >= kTile) {
       attn::attend_tile<kD, 16, false>(qf, k_stage(st), v_stage(st), key0, m, l, o, scale_log2,
@@ -197,6 +206,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (lane == 0) xsum[sc] = s;
   }
   __syncthreads();
+  Stamps::cycles(trace, AttnOTrace::kMerged);
 
   // ---- its product with the block's o weights: warp w, rows [w RB / 4, (w + 1) RB / 4) ----
   constexpr int kRowsPerWarp = RB / kWarps;
@@ -240,13 +250,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
+  Stamps::cycles(trace, AttnOTrace::kProduct);  // (thread 0's rows: its warp's partials written)
+
   // ---- the slice's last block adds the KV heads' partials into y, in KV-head order ----
   __shared__ int last;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(counters + slice, 1u) == uint32_t(n_kv_heads - 1);
   __syncthreads();
-  if (!last) return;
+  if (!last) {
+    Stamps::exit(trace);
+    return;
+  }
   __threadfence();
   for (int i = int(threadIdx.x); i < RB; i += kThreads) {
     float s = 0.0f;
@@ -254,6 +269,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     y[r0 + i] += s;
   }
   if (threadIdx.x == 0) counters[slice] = 0u;  // for the next launch (after this grid completes)
+  Stamps::exit(trace);
 }
 
 // Rows of a slice for this shape, or 0: 128 where two blocks of that size fit a SM, else 64.
@@ -304,13 +320,14 @@ void attention_o_fused(const bf16* q, const KvLayout& kv, const int32_t* kv_len,
   const dim3 grid(unsigned(int64_t(n_kv_heads) * (wo.rows / rb)));
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   const auto* w = static_cast<const uint8_t*>(wo.data);
+  uint64_t* const trace = attention_o_trace_next_slot();
   const auto* s = reinterpret_cast<const float2*>(wo.scales);
   if (rb == 128)
     launch_pdl(attention_o_kernel<128>, grid, dim3(kThreads), size_t(smem_of(group, 128).total), stream, q, kv, kv_len,
-               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, w_early);
+               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, w_early, trace);
   else
     launch_pdl(attention_o_kernel<64>, grid, dim3(kThreads), size_t(smem_of(group, 64).total), stream, q, kv, kv_len,
-               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, w_early);
+               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, w_early, trace);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
