@@ -267,7 +267,8 @@ void CudaBackend::Impl::init_common() {
   act.allocate(c, C, 2 * C + 1, false);
   host_ints.grow(size_t(2 * C + 1));
   host_logits.grow(size_t(c.vocab_size));
-  // The diagnostics' record areas (KILN_ATTN_STREAM_TRACE, KILN_QGEMV_TRACE), before any graph capture.
+  // The diagnostics' record areas (KILN_ATTN_STREAM_TRACE, KILN_QGEMV_TRACE, KILN_ATTN_O_TRACE), before any
+  // graph capture.
   cuda::decode_stream_trace_prepare();
   cuda::qgemv_trace_prepare();
   cuda::attention_o_trace_prepare();

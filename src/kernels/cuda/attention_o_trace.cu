@@ -1,7 +1,6 @@
 // KILN_ATTN_O_TRACE=1: the fused attention + o kernel's per-block records (attention_o_trace.h).
 #include "kernels/cuda/attention_o_trace.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -38,37 +37,27 @@ std::string attention_o_trace_report() {
   if (used == 0 || ghz <= 0) return "";
   const auto med = block_trace_median;
   const size_t slot_words = size_t(T::kBlocks) * T::kWords;
-  auto at_ns = [&](const uint64_t* r, int word) {  // a point as %globaltimer ns
-    return double(r[kTraceEntryNs]) + double(r[word] - r[kTraceEntry]) / ghz;
-  };
-  std::vector<double> lead, first_tile, attention, product, exchange, skew, exit50, exit90, exit_last, blocks_n;
-  int launches = 0;
+  auto at_ns = [&](const uint64_t* r, int word) { return block_trace_ns(r, word, ghz); };
+  std::vector<double> lead, first_tile, attention, product, exchange, blocks_n;
+  BlockTraceSpread spread;
   for (int slot = 0; slot < used; ++slot) {
-    std::vector<const uint64_t*> recs;
     std::vector<double> waits, exits;
     for (int b = 0; b < T::kBlocks; ++b) {
       const uint64_t* r = &h[size_t(slot) * slot_words + size_t(b) * T::kWords];
-      if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0 || r[T::kProduct] == 0) continue;
-      recs.push_back(r);
+      if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0 || r[T::kFirstTile] == 0 || r[T::kProduct] == 0) continue;
       waits.push_back(at_ns(r, T::kAfterWait));
-    }
-    if (recs.empty()) continue;
-    ++launches;
-    const double first_wait = *std::min_element(waits.begin(), waits.end());
-    for (const uint64_t* r : recs) {
+      exits.push_back(double(r[kTraceExitNs]));
       lead.push_back((at_ns(r, T::kAfterWait) - double(r[kTraceEntryNs])) / 1000.0);
       first_tile.push_back((at_ns(r, T::kFirstTile) - at_ns(r, T::kAfterWait)) / 1000.0);
       attention.push_back((at_ns(r, T::kMerged) - at_ns(r, T::kFirstTile)) / 1000.0);
       product.push_back((at_ns(r, T::kProduct) - at_ns(r, T::kMerged)) / 1000.0);
       exchange.push_back((double(r[kTraceExitNs]) - at_ns(r, T::kProduct)) / 1000.0);
-      exits.push_back((double(r[kTraceExitNs]) - first_wait) / 1000.0);
     }
-    skew.push_back((*std::max_element(waits.begin(), waits.end()) - first_wait) / 1000.0);
-    exit50.push_back(block_trace_percentile(exits, 0.5));
-    exit90.push_back(block_trace_percentile(exits, 0.9));
-    exit_last.push_back(block_trace_percentile(exits, 1.0));
-    blocks_n.push_back(double(recs.size()));
+    if (waits.empty()) continue;
+    spread.add(waits, exits);
+    blocks_n.push_back(double(waits.size()));
   }
+  const int launches = int(blocks_n.size());
   if (launches == 0) return "";
   char head[200];
   std::snprintf(head, sizeof head,
@@ -76,12 +65,13 @@ std::string attention_o_trace_report() {
                 launches, med(blocks_n), ghz);
   std::string text = head;
   block_trace_line(text, "a block resident before its wait returned", {med(lead)});
-  block_trace_line(text, "the launch's wait returns, last - first", {med(skew)});
+  block_trace_line(text, "the launch's wait returns, last - first", {med(spread.waits)});
   block_trace_line(text, "q and its first tile in shared memory after it", {med(first_tile)});
   block_trace_line(text, "then the attention (tiles, merge, x sums)", {med(attention)});
   block_trace_line(text, "then the product with its o weights", {med(product)});
   block_trace_line(text, "then the partials' exchange to its exit", {med(exchange)});
-  block_trace_line(text, "exits after the first wait return: 50 / 90 / 100%", {med(exit50), med(exit90), med(exit_last)});
+  block_trace_line(text, "exits after the first wait return: 50 / 90 / 100%",
+                   {med(spread.exit50), med(spread.exit90), med(spread.exit_last)});
   return text;
 }
 

@@ -54,6 +54,16 @@ double block_trace_percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
 }
 
+void BlockTraceSpread::add(const std::vector<double>& wait_ns, const std::vector<double>& exit_ns) {
+  const double first = *std::min_element(wait_ns.begin(), wait_ns.end());
+  waits.push_back((*std::max_element(wait_ns.begin(), wait_ns.end()) - first) / 1000.0);
+  std::vector<double> exits;
+  for (double e : exit_ns) exits.push_back((e - first) / 1000.0);
+  exit50.push_back(block_trace_percentile(exits, 0.5));
+  exit90.push_back(block_trace_percentile(exits, 0.9));
+  exit_last.push_back(block_trace_percentile(exits, 1.0));
+}
+
 void block_trace_line(std::string& text, const char* label, std::initializer_list<double> values) {
   // (snprintf, not fmt: nvcc cannot compile fmt's compile-time format strings.)
   char cell[64];

@@ -42,6 +42,18 @@ double block_trace_ghz(const std::vector<uint64_t>& records, int words);
 // The p-quantile (0..1) of v by rank (0.5: the upper middle), 0 when empty.
 double block_trace_percentile(std::vector<double> v, double p);
 inline double block_trace_median(std::vector<double> v) { return block_trace_percentile(std::move(v), 0.5); }
+// A record's point `word` (SM cycles) as %globaltimer ns: its entry stamp plus its cycles since
+// entry at the records' clock (ghz, block_trace_ghz).
+inline double block_trace_ns(const uint64_t* record, int word, double ghz) {
+  return double(record[kTraceEntryNs]) + double(record[word] - record[kTraceEntry]) / ghz;
+}
+// A launch's spread, one entry per launch (µs): its blocks' wait returns, last - first, and their
+// exits' 50 / 90 / 100% points after the first wait return. add() takes one launch's wait returns
+// and exits as %globaltimer ns (not empty).
+struct BlockTraceSpread {
+  std::vector<double> waits, exit50, exit90, exit_last;
+  void add(const std::vector<double>& wait_ns, const std::vector<double>& exit_ns);
+};
 // Appends a report line to text: "  label", padded to a column, then each value as %8.2f.
 void block_trace_line(std::string& text, const char* label, std::initializer_list<double> values);
 

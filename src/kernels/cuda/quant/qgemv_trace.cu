@@ -51,42 +51,30 @@ std::string qgemv_trace_report() {
   if (used == 0 || ghz <= 0) return "";
   const auto med = block_trace_median;
   const size_t slot_words = size_t(T::kBlocks) * T::kWords;
-  // A point of a record as %globaltimer ns: its entry stamp plus its cycles since entry.
-  auto at_ns = [&](const uint64_t* r, int word) {
-    return double(r[kTraceEntryNs]) + double(r[word] - r[kTraceEntry]) / ghz;
-  };
-  std::vector<double> lead, wait_skew, staged, per_tile, exit50, exit90, exit_last, blocks_n, tiles_min,
-      tiles_max;
-  int launches = 0;
+  auto at_ns = [&](const uint64_t* r, int word) { return block_trace_ns(r, word, ghz); };
+  std::vector<double> lead, staged, per_tile, blocks_n, tiles_min, tiles_max;
+  BlockTraceSpread spread;
   for (int slot = 0; slot < used; ++slot) {
     std::vector<double> waits, exits;
-    std::vector<const uint64_t*> recs;
+    double tmin = 1e30, tmax = 0;
     for (int b = 0; b < T::kBlocks; ++b) {
       const uint64_t* r = &h[size_t(slot) * slot_words + size_t(b) * T::kWords];
       if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0) continue;
-      recs.push_back(r);
       waits.push_back(at_ns(r, T::kAfterWait));
-    }
-    if (recs.empty()) continue;
-    ++launches;
-    const double first_wait = *std::min_element(waits.begin(), waits.end());
-    double tmin = 1e30, tmax = 0;
-    for (const uint64_t* r : recs) {
+      exits.push_back(double(r[kTraceExitNs]));
       lead.push_back((at_ns(r, T::kAfterWait) - double(r[kTraceEntryNs])) / 1000.0);
       staged.push_back((at_ns(r, T::kStaged) - at_ns(r, T::kAfterWait)) / 1000.0);
       const double tiles = double(r[T::kTiles]);
       tmin = std::min(tmin, tiles), tmax = std::max(tmax, tiles);
       if (tiles > 0) per_tile.push_back((double(r[kTraceExitNs]) - at_ns(r, T::kStaged)) / 1000.0 / tiles);
-      exits.push_back((double(r[kTraceExitNs]) - first_wait) / 1000.0);
     }
-    wait_skew.push_back((*std::max_element(waits.begin(), waits.end()) - first_wait) / 1000.0);
-    exit50.push_back(block_trace_percentile(exits, 0.5));
-    exit90.push_back(block_trace_percentile(exits, 0.9));
-    exit_last.push_back(block_trace_percentile(exits, 1.0));
-    blocks_n.push_back(double(recs.size()));
+    if (waits.empty()) continue;
+    spread.add(waits, exits);
+    blocks_n.push_back(double(waits.size()));
     tiles_min.push_back(tmin);
     tiles_max.push_back(tmax);
   }
+  const int launches = int(blocks_n.size());
   if (launches == 0) return "";
   char head[256];
   std::snprintf(head, sizeof head,
@@ -95,10 +83,11 @@ std::string qgemv_trace_report() {
                 (long long)s.rows, (long long)s.cols, launches, med(blocks_n), med(tiles_min), med(tiles_max), ghz);
   std::string text = head;
   block_trace_line(text, "a block resident before its wait returned", {med(lead)});
-  block_trace_line(text, "the launch's wait returns, last - first", {med(wait_skew)});
+  block_trace_line(text, "the launch's wait returns, last - first", {med(spread.waits)});
   block_trace_line(text, "a block's x staged after its wait", {med(staged)});
   block_trace_line(text, "then a 16-row tile (its tiles to its exit / n)", {med(per_tile)});
-  block_trace_line(text, "exits after the first wait return: 50 / 90 / 100%", {med(exit50), med(exit90), med(exit_last)});
+  block_trace_line(text, "exits after the first wait return: 50 / 90 / 100%",
+                   {med(spread.exit50), med(spread.exit90), med(spread.exit_last)});
   text += "  (from %globaltimer at entry and exit and the cycles between)\n";
   return text;
 }
