@@ -17,26 +17,20 @@ bool trace_on() {
   return on;
 }
 
-BlockTraceRing& ring() {
-  static BlockTraceRing r(T::kSlots, T::kBlocks, T::kWords);
-  return r;
-}
-
 }  // namespace
 
 void decode_stream_trace_prepare() {
-  if (trace_on()) ring().prepare();
+  if (trace_on()) block_trace_ring<T>().prepare();
 }
 
-uint64_t* decode_stream_trace_next_slot() { return trace_on() ? ring().next_slot() : nullptr; }
+uint64_t* decode_stream_trace_next_slot() { return trace_on() ? block_trace_ring<T>().next_slot() : nullptr; }
 
 std::string decode_stream_trace_report() {
   if (!trace_on()) return "";
   int used = 0;
-  const std::vector<uint64_t> h = ring().snapshot(&used);
+  const std::vector<uint64_t> h = block_trace_ring<T>().snapshot(&used);
   const double ghz = block_trace_ghz(h, T::kWords);
   if (used == 0 || ghz <= 0) return "";
-  const size_t slot_words = size_t(T::kBlocks) * T::kWords;
   const auto med = block_trace_median;
   auto us = [&](uint64_t from, uint64_t to) { return double(to - from) / ghz / 1000.0; };
   // Per launch: each block's intervals, and the launch's spread (last exit minus first wait return).
@@ -46,7 +40,7 @@ std::string decode_stream_trace_report() {
     uint64_t first_wait_ns = UINT64_MAX, last_wait_ns = 0, first_exit_ns = UINT64_MAX, last_exit_ns = 0;
     bool any = false;
     for (int b = 0; b < T::kBlocks; ++b) {
-      const uint64_t* r = &h[size_t(slot) * slot_words + size_t(b) * T::kWords];
+      const uint64_t* r = block_trace_record<T>(h, slot, b);
       if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0) continue;  // no record, or not the early-rows prologue
       any = true;
       ++blocks;

@@ -16,34 +16,28 @@ bool trace_on() {
   return on;
 }
 
-BlockTraceRing& ring() {
-  static BlockTraceRing r(T::kSlots, T::kBlocks, T::kWords);
-  return r;
-}
-
 }  // namespace
 
 void attention_o_trace_prepare() {
-  if (trace_on()) ring().prepare();
+  if (trace_on()) block_trace_ring<T>().prepare();
 }
 
-uint64_t* attention_o_trace_next_slot() { return trace_on() ? ring().next_slot() : nullptr; }
+uint64_t* attention_o_trace_next_slot() { return trace_on() ? block_trace_ring<T>().next_slot() : nullptr; }
 
 std::string attention_o_trace_report() {
   if (!trace_on()) return "";
   int used = 0;
-  const std::vector<uint64_t> h = ring().snapshot(&used);
+  const std::vector<uint64_t> h = block_trace_ring<T>().snapshot(&used);
   const double ghz = block_trace_ghz(h, T::kWords);
   if (used == 0 || ghz <= 0) return "";
   const auto med = block_trace_median;
-  const size_t slot_words = size_t(T::kBlocks) * T::kWords;
   auto at_ns = [&](const uint64_t* r, int word) { return block_trace_ns(r, word, ghz); };
   std::vector<double> lead, first_tile, attention, product, exchange, blocks_n;
   BlockTraceSpread spread;
   for (int slot = 0; slot < used; ++slot) {
     std::vector<double> waits, exits;
     for (int b = 0; b < T::kBlocks; ++b) {
-      const uint64_t* r = &h[size_t(slot) * slot_words + size_t(b) * T::kWords];
+      const uint64_t* r = block_trace_record<T>(h, slot, b);
       if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0 || r[T::kFirstTile] == 0 || r[T::kProduct] == 0) continue;
       waits.push_back(at_ns(r, T::kAfterWait));
       exits.push_back(double(r[kTraceExitNs]));

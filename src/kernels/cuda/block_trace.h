@@ -37,6 +37,18 @@ class BlockTraceRing {
   int next_ = 0, used_ = 0;
 };
 
+// The process's ring of a trace type (its kSlots launches of kBlocks records of kWords words).
+template <class Trace>
+BlockTraceRing& block_trace_ring() {
+  static BlockTraceRing ring(Trace::kSlots, Trace::kBlocks, Trace::kWords);
+  return ring;
+}
+// Block b's record in slot `slot` of a snapshot of such a ring.
+template <class Trace>
+const uint64_t* block_trace_record(const std::vector<uint64_t>& snapshot, int slot, int b) {
+  return &snapshot[(size_t(slot) * Trace::kBlocks + size_t(b)) * Trace::kWords];
+}
+
 // The SM clock (GHz) that records imply: every complete record's cycles over its nanoseconds.
 double block_trace_ghz(const std::vector<uint64_t>& records, int words);
 // The p-quantile (0..1) of v by rank (0.5: the upper middle), 0 when empty.

@@ -26,31 +26,25 @@ const Shape& traced_shape() {
   return s;
 }
 
-BlockTraceRing& ring() {
-  static BlockTraceRing r(T::kSlots, T::kBlocks, T::kWords);
-  return r;
-}
-
 }  // namespace
 
 void qgemv_trace_prepare() {
-  if (traced_shape().rows > 0) ring().prepare();
+  if (traced_shape().rows > 0) block_trace_ring<T>().prepare();
 }
 
 uint64_t* qgemv_trace_next_slot(int64_t rows, int64_t cols) {
   const Shape& s = traced_shape();
-  return s.rows == rows && s.cols == cols ? ring().next_slot() : nullptr;
+  return s.rows == rows && s.cols == cols ? block_trace_ring<T>().next_slot() : nullptr;
 }
 
 std::string qgemv_trace_report() {
   const Shape& s = traced_shape();
   if (s.rows == 0) return "";
   int used = 0;
-  const std::vector<uint64_t> h = ring().snapshot(&used);
+  const std::vector<uint64_t> h = block_trace_ring<T>().snapshot(&used);
   const double ghz = block_trace_ghz(h, T::kWords);
   if (used == 0 || ghz <= 0) return "";
   const auto med = block_trace_median;
-  const size_t slot_words = size_t(T::kBlocks) * T::kWords;
   auto at_ns = [&](const uint64_t* r, int word) { return block_trace_ns(r, word, ghz); };
   std::vector<double> lead, staged, per_tile, blocks_n, tiles_min, tiles_max;
   BlockTraceSpread spread;
@@ -58,7 +52,7 @@ std::string qgemv_trace_report() {
     std::vector<double> waits, exits;
     double tmin = 1e30, tmax = 0;
     for (int b = 0; b < T::kBlocks; ++b) {
-      const uint64_t* r = &h[size_t(slot) * slot_words + size_t(b) * T::kWords];
+      const uint64_t* r = block_trace_record<T>(h, slot, b);
       if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0) continue;
       waits.push_back(at_ns(r, T::kAfterWait));
       exits.push_back(double(r[kTraceExitNs]));
