@@ -1,18 +1,19 @@
 // The batch-1 decode attention fused with the o projection (attention_o_fused.h says why).
 //
 // Grid: one block per (slice of RB o rows, KV head), 4 warps. Before the PDL wait a block requests
-// what no kernel of this step writes: its o weights (RB rows x the KV head's group * 128 columns,
-// int4, with their scales) and the older K/V of the first two 64-position tiles, all by cp.async
-// into shared memory. After the wait: its query heads and the newest K/V row (written by the qkv
-// GEMV), then the attention as the streaming decode kernel computes it (attend_tile over 16 keys a
-// warp, the same 4-warp merge: the same bf16 output), then the product of that output with the
-// block's weights on qgemv v3's int4 MMA forms (qgemv_v3_parts.cuh), each warp RB / 4 rows over
-// all of the block's columns. A slice's n_kv_heads partial products meet in the workspace; the
+// the older K/V of the first two 64-position tiles (cp.async into shared memory: no kernel of this
+// step writes them). After the wait: its query heads and the newest K/V row (written by the qkv
+// GEMV), then its o weights (RB rows x the KV head's group * 128 columns, int4, with their scales;
+// cp.async), which stream while the attention runs as the streaming decode kernel computes it
+// (attend_tile over 16 keys a warp, the same 4-warp merge: the same bf16 output); then the product
+// of that output with the block's weights on the megakernel's int4 super-chunk product
+// (megakernel_dot.cuh), each warp RB / 4 rows over all of the block's columns. A slice's n_kv_heads partial products meet in the workspace; the
 // slice's last block (a counter) sums them in KV-head order and adds the sum into y, so the
 // result does not depend on which block finishes last.
 //
 // The attention is computed n_rows / RB times per KV head (32 for Llama-3-8B's o): at <= 256
-// positions that is <= 64 KB of K/V a block from L2, against the 9.4 MB of o weights the grid reads.
+// positions that is <= 128 KB of K/V a block, mostly from L2, against the 9.4 MB of o weights the
+// grid reads once.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,14 +23,13 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_o_fused.h"
 #include "kernels/cuda/attention_o_trace.h"
 #include "kernels/cuda/block_trace.cuh"
+#include "kernels/cuda/megakernel/megakernel_dot.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/quant/qgemv_v3_parts.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     attention_o_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                        const uint8_t* __restrict__ wq, const float2* __restrict__ scales, float* __restrict__ y,
                        float* __restrict__ partials, uint32_t* __restrict__ counters, int n_kv_heads, int group,
-                       int64_t N, int64_t K, float scale_log2, bool w_early, uint64_t* __restrict__ trace) {
+                       int64_t N, int64_t K, float scale_log2, uint64_t* __restrict__ trace) {
   // KILN_ATTN_O_TRACE (attention_o_trace.h): thread 0 of each block stamps its points (no-ops when off).
   using Stamps = BlockStamps<AttnOTrace::kBlocks, AttnOTrace::kWords>;
   Stamps::enter(trace);
@@ -120,12 +120,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     attn::cp_async_commit();
   };
-  // ---- before the wait: what no kernel of this step writes. The older K/V of the first two tiles
-  // (group A), and with w_early the weights: they then stream under the qkv GEMV's tail, but the
-  // loads after the wait queue behind them (session 29: x's staging in the GEMVs) ----
+  // ---- before the wait: what no kernel of this step writes, the older K/V of the first two tiles
+  // (group A). The weights go after the wait (below): requested before it, as the GEMVs request
+  // theirs, tg128 was the same (session 29, call 4), and loads after the wait queue behind a
+  // flood of weight requests (x's staging in the GEMVs) ----
   for (int tile = 0; tile < min(n_tiles, 2); ++tile) load_tile(tile, tile, true);
   attn::cp_async_commit();
-  if (w_early) request_weights();
   const int64_t newest_off = len > 0 ? kv.offset_as<false>(0, newest, kvh) : 0;
 
   pdl_wait();
@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // weights' group before it): thread i copies 16 bytes of q slot row i / 16 (zeros past the
   // group), threads 0..31 also the newest K (0..15) or V (16..31) row's chunk i % 16.
   static_assert(kQRows * kD / 8 == kThreads, "one 16-byte piece of the q slot a thread");
-  // Without w_early the weights are requested right after these loads, ahead of them in the queues,
-  // and stream while the attention runs.
+  // The weights are requested right after these loads, behind them in the queues, and stream while
+  // the attention runs.
   {
     const int r = int(threadIdx.x) / (kD / 8), c = int(threadIdx.x) % (kD / 8);
     const uint4 v = r < group ? ld_after_wait(q + (int64_t(kvh) * group + r) * kD + c * 8) : make_uint4(0, 0, 0, 0);
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const bool is_v = threadIdx.x >= kD / 8;
     const uint4 kv_piece =
         newest_here ? ld_after_wait((is_v ? kv.v : kv.k) + newest_off + c * 8) : make_uint4(0, 0, 0, 0);
-    if (!w_early) request_weights();
+    request_weights();
     *reinterpret_cast<uint4*>(q_slot + attn::swz<kD>(r, c)) = v;
     if (newest_here) {
       bf16* const dst = is_v ? v_stage(newest_tile) : k_stage(newest_tile);
@@ -208,42 +208,22 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
   Stamps::cycles(trace, AttnOTrace::kMerged);
 
-  // ---- its product with the block's o weights: warp w, rows [w RB / 4, (w + 1) RB / 4) ----
+  // ---- its product with the block's o weights: warp w, rows [w RB / 4, (w + 1) RB / 4), on the
+  // decode megakernel's super-chunk product (megakernel_dot.cuh: qgemv v3's int4 MMA forms from
+  // shared memory) ----
   constexpr int kRowsPerWarp = RB / kWarps;
   const uint32_t w_base = attn::smem_u32(smem + L.w), x_lane = attn::smem_u32(xs) + 16 * t;
   const float2* const ssc = reinterpret_cast<const float2*>(smem + L.sc);
+  auto piece = [&](int row, int sc) {  // lane t's 16-byte piece of super-chunk sc of a row
+    return w_base + uint32_t((row * scb * 4 + ((sc * 4 + t) ^ ((row & 1) * swz))) * 16);
+  };
 #pragma unroll
   for (int rt = 0; rt < kRowsPerWarp / 16; ++rt) {
     const int rlo = warp * kRowsPerWarp + rt * 16 + g, rhi = rlo + 8;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int sc = 0; sc < scb; ++sc) {
-      const int p = sc * 4 + t;
-      const uint4 a_lo = lds128(w_base + uint32_t((rlo * scb * 4 + (p ^ ((rlo & 1) * swz))) * 16));
-      const uint4 a_hi = lds128(w_base + uint32_t((rhi * scb * 4 + (p ^ ((rhi & 1) * swz))) * 16));
-      uint4 b[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = lds128(x_lane + uint32_t(2 * (sc * kSc + 32 * j)));
-      float q0[4], q1[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // word j: 32-wide group j of the super-chunk (qgemv_v3.cu's int4 path)
-        const uint32_t wl = word(a_lo, j), wh = word(a_hi, j);
-        const uint32_t l0 = pair<0, 0x43004300u>(wl), l1 = pair<4, 0x43004300u>(wl), l2 = pair<8, 0x43004300u>(wl),
-                       l3 = pair<12, 0x43004300u>(wl);
-        const uint32_t h0 = pair<0, 0x43004300u>(wh), h1 = pair<4, 0x43004300u>(wh), h2 = pair<8, 0x43004300u>(wh),
-                       h3 = pair<12, 0x43004300u>(wh);
-        if (j == 0) {
-          mma_acc<true>(q0, l0, h0, l1, h1, b[j].x, b[j].y);
-          mma_acc<true>(q1, l2, h2, l3, h3, b[j].z, b[j].w);
-        } else {
-          mma_acc<false>(q0, l0, h0, l1, h1, b[j].x, b[j].y);
-          mma_acc<false>(q1, l2, h2, l3, h3, b[j].z, b[j].w);
-        }
-      }
-      float qs[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) qs[e] = q0[e] + q1[e];
-      fold4(acc, qs, ssc[rlo * scb + sc], ssc[rhi * scb + sc], make_float2(xsum[sc], xsum[sc]));
-    }
+    for (int sc = 0; sc < scb; ++sc)
+      mk::superchunk<QuantFormat::int4>(acc, piece(rlo, sc), piece(rhi, sc), x_lane + uint32_t(2 * sc * kSc), xsum[sc],
+                                        ssc[rlo * scb + sc], ssc[rhi * scb + sc]);
     if (t == 0) {  // column 0 of the MMA tile: the one activation row
       partials[int64_t(kvh) * N + r0 + rlo] = acc[0];
       partials[int64_t(kvh) * N + r0 + rhi] = acc[2];
@@ -315,8 +295,6 @@ void attention_o_fused(const bf16* q, const KvLayout& kv, const int32_t* kv_len,
   KILN_CUDA_REQUIRE(attention_o_fusable(wo, n_heads, n_kv_heads, head_dim, kv, 1),
                     "attention_o_fused: an o weight or cache the fused kernel does not take");
   const int group = n_heads / n_kv_heads, rb = slice_rows(group, wo.rows);
-  // KILN_ATTN_O_EARLY_W=1: the o weights requested before the PDL wait (an experiment; session 29).
-  static const bool w_early = env_int("KILN_ATTN_O_EARLY_W", 0) == 1;
   const dim3 grid(unsigned(int64_t(n_kv_heads) * (wo.rows / rb)));
   const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
   const auto* w = static_cast<const uint8_t*>(wo.data);
@@ -324,10 +302,10 @@ void attention_o_fused(const bf16* q, const KvLayout& kv, const int32_t* kv_len,
   const auto* s = reinterpret_cast<const float2*>(wo.scales);
   if (rb == 128)
     launch_pdl(attention_o_kernel<128>, grid, dim3(kThreads), size_t(smem_of(group, 128).total), stream, q, kv, kv_len,
-               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, w_early, trace);
+               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, trace);
   else
     launch_pdl(attention_o_kernel<64>, grid, dim3(kThreads), size_t(smem_of(group, 64).total), stream, q, kv, kv_len,
-               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, w_early, trace);
+               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, trace);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
 // The decode megakernel's inner product: one consumer warp's super-chunk (64 bytes of each of a
-// tile's 16 rows) against x, both in shared memory, for each weight format. The operand forms and
+// tile's 16 rows) against x, both in shared memory, for each weight format (also the fused
+// attention + o kernel's, attention_o_fused.cu, from its own shared-memory layout). The operand forms and
 // the folds are qgemv v3's (quant/qgemv_v3_parts.cuh) and the bf16 GEMV's: the same MMAs, fed from
 // the ring slot instead of registers.
 //

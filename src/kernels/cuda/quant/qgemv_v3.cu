@@ -78,7 +78,7 @@ template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
-                    uint32_t* __restrict__ deal, int l2_mode, uint64_t* __restrict__ trace) {
+                    uint32_t* __restrict__ deal, bool l2_rest, uint64_t* __restrict__ trace) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -170,27 +170,19 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
       if (rq_tile >= 0) rows_of(rq_tile);
     }
   };
-  // l2_mode (KILN_QGEMV_L2_REST, qgemv_v3_grid.h): kV3L2Rest, the rest of this warp's share of its
-  // first tile -- the items past the D requested into registers -- is asked into L2 too;
-  // kV3L2Only (an experiment, slower everywhere), all of that share goes to L2 and the D register
-  // requests wait for the PDL wait. One prefetch per 128-byte line (two super-chunks of a row) and
-  // row. Weights only: they do not depend on the kernel before.
-  const bool l2_only = l2_mode == kV3L2Only && tile1 > tile0;
-  if (!l2_only) {
 #pragma unroll
-    for (int d = 0; d < D; ++d)
-      if (rq_tile >= 0) request(d);
-  }
-  if (l2_mode != 0 && t == 0 && tile1 > tile0) {
-    const int first = l2_only ? sc0 : sc0 + D;
-    if (first < sc1) {
-      int64_t lo0, hi0;
-      epi.rows(tile0, lo0, hi0);
-      const int64_t r_lo = imin64(lo0 + g, N - 1), r_hi = imin64(hi0 + g, N - 1);
-      for (int sc = first & ~1; sc < sc1; sc += 2) {
-        prefetch_l2(wq + r_lo * row_bytes + 64 * sc);
-        prefetch_l2(wq + r_hi * row_bytes + 64 * sc);
-      }
+  for (int d = 0; d < D; ++d)
+    if (rq_tile >= 0) request(d);
+  // l2_rest (KILN_QGEMV_L2_REST, qgemv_v3_grid.h): the rest of this warp's share of its first tile,
+  // the items past the D requested above, is asked into L2 too, one prefetch per 128-byte line (two
+  // super-chunks of a row) and row. Weights only: they do not depend on the kernel before.
+  if (l2_rest && t == 0 && tile1 > tile0 && sc0 + D < sc1) {
+    int64_t lo0, hi0;
+    epi.rows(tile0, lo0, hi0);
+    const int64_t r_lo = imin64(lo0 + g, N - 1), r_hi = imin64(hi0 + g, N - 1);
+    for (int sc = (sc0 + D) & ~1; sc < sc1; sc += 2) {
+      prefetch_l2(wq + r_lo * row_bytes + 64 * sc);
+      prefetch_l2(wq + r_hi * row_bytes + 64 * sc);
     }
   }
   // Launched with PDL (as gemv_mma.cuh): the first D requests above read only weights; x, which
@@ -198,11 +190,6 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   pdl_wait();
   pdl_launch_dependents();
   Stamps::cycles(trace, QgemvTrace::kAfterWait);
-  if (l2_only) {
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-      if (rq_tile >= 0) request(d);
-  }
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
   // (Folding the RMSNorm in front into this prologue, every block normalizing the fp32 row itself,
@@ -467,10 +454,10 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
                                                                  : V3Format<QuantFormat::int8>::KS),
                                warps, D, per, tiles % blocks != 0);
   if (kV3Draws<E, XS> && own > 0 && (deal = tile_counter_next(stream)) != nullptr) per = own;
-  const int l2_mode = v3_l2_mode(std::is_same_v<E, RopeKvEpi>, tiles <= blocks);
+  const bool l2_rest = v3_l2_rest(std::is_same_v<E, RopeKvEpi>, tiles <= blocks);
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
-                   w.cols, w.group, shift, per, deal, l2_mode, qgemv_trace_next_slot(w.rows, w.cols));
+                   w.cols, w.group, shift, per, deal, l2_rest, qgemv_trace_next_slot(w.rows, w.cols));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.

@@ -42,22 +42,18 @@ inline bool v3_wide_blocks(QuantFormat f, int m) {
   return set == 1 || (set < 0 && f == QuantFormat::int8 && m == 1);
 }
 
-// KILN_QGEMV_L2_REST (a mask): which launches ask weights into L2 before the PDL wait
-// (qgemv_v3_kernel's l2_mode): 1 the qkv GEMV (RoPE epilogue), 2 other launches of one tile a block
-// (o, down), 4 launches of several tiles a block (gate/up, lm_head); with 8 the chosen launches
-// prefetch their whole first tile into L2 and request nothing into registers before the wait
-// (kV3L2Only), else only the part past the registers' D super-chunks (kV3L2Rest). Default 1.
-// Session 29 (H100, docs/performance/decode-boundaries.md): the int4 qkv GEMV's blocks in the step are
-// resident 1.3 µs before their wait, stage x 4.1 µs after it and take 6.1 µs more for the second
-// half of their one tile; with its rest in L2 that half takes 5.1 µs and tg128 int4 + head gains
-// 0.8% (two calls), int8 + head 0.1-0.6%. o / down (2) lost 3-4%, and L2 only (8) lost everywhere:
-// x's loads after the wait then took longer still (5.9 µs), so what they queue behind is the
-// memory system's flood, not the SM's own register requests.
-constexpr int kV3L2Rest = 1, kV3L2Only = 2;
-inline int v3_l2_mode(bool rope_qkv, bool one_tile) {
+// KILN_QGEMV_L2_REST (a mask): which launches ask the rest of each warp's first tile into L2 before
+// the PDL wait, beyond the D super-chunks they request into registers (qgemv_v3_kernel's l2_rest):
+// 1 the qkv GEMV (RoPE epilogue), 2 other launches of one tile a block (o, down), 4 launches of
+// several tiles a block (gate/up, lm_head). Default 1. Session 29 (H100,
+// docs/performance/decode-boundaries.md): the int4 qkv GEMV's blocks in the step are resident
+// 1.3 µs before their wait, stage x 4.1 µs after it and take 6.1 µs more for the second half of
+// their one tile; with its rest in L2 that half takes 5.1 µs and tg128 int4 + head gains 0.8% (two
+// calls), int8 + head 0.1-0.6%; o / down (2) lost 3-4%. (Prefetching only into L2, nothing into
+// registers before the wait, lost everywhere and was removed after that session.)
+inline bool v3_l2_rest(bool rope_qkv, bool one_tile) {
   static const int mask = env_int("KILN_QGEMV_L2_REST", 1);
-  if ((mask & (rope_qkv ? 1 : one_tile ? 2 : 4)) == 0) return 0;
-  return mask & 8 ? kV3L2Only : kV3L2Rest;
+  return (mask & (rope_qkv ? 1 : one_tile ? 2 : 4)) != 0;
 }
 
 }  // namespace kiln::cuda
