@@ -312,9 +312,9 @@ struct CudaBackend::Impl {
   bool use_norm_fold = false;
   // The batch-1 attention and o projection as one kernel (cuda::attention_o_fused, session 29)
   // where it applies: int4 o weights in groups of 128 in every layer, a single sequence's bf16
-  // cache of at most 256 positions. KILN_ATTN_O_FUSED=1 turns it on: off by default, measured 5%
-  // slower than the separate kernels (H100, session 29: docs/performance/decode-boundaries.md); its
-  // workspace is allocated here, its counters zeroed once.
+  // cache of at most 256 positions. KILN_ATTN_O_FUSED=1 turns it on: off by default, measured
+  // slower than the separate kernels (H100, tg128 int4: -5.2% in session 29, -1.4% in session 30;
+  // docs/performance/decode-boundaries.md); its workspace is allocated here, its counters zeroed once.
   bool use_attn_o = false;
   DeviceBuffer<float> attn_o_partials;
   DeviceBuffer<uint32_t> attn_o_counters;

@@ -8,8 +8,11 @@
 // from the qkv GEMV's end to the o GEMV's end for ~0.5 MB of K/V and 8.4 MB of o weights, and
 // leaving the attention kernel out of the step (KILN_DECODE_PROBE=1, logits wrong) made tg128 11%
 // faster on an H100: its launch, its wait and the o GEMV's weight requests competing with its tiles
-// are most of that time. Measured (same H100 session): the fused kernel is 5% slower at tg128 int4,
-// not traced yet, so the backend takes it only when asked (KILN_ATTN_O_FUSED=1).
+// are most of that time. Measured (H100): the fused kernel is slower at tg128 int4 (-5.2% in session
+// 29, -1.4% in session 30), so the backend takes it only when asked (KILN_ATTN_O_FUSED=1). Its
+// trace (KILN_ATTN_O_TRACE, session 30) puts 5.4 µs between a block's wait and its q and first tile
+// in shared memory, where the separate attention lands q in 0.6: 256 blocks read their KV head's
+// tiles (32 slices each) while the o weights stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,5 +49,11 @@ bool attention_o_fusable(const QWeight& wo, int n_heads, int n_kv_heads, int hea
 // attention output is rounded to bf16 before the product, as the separate kernels' is.
 void attention_o_fused(const bf16* q, const KvLayout& kv, const int32_t* kv_len, const QWeight& wo, float* y,
                        const AttnOWorkspace& ws, int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
+
+// When a block requests its o weights: 0 right after the wait, with q (the default), 1 once q and
+// its first K/V tile are in shared memory (KILN_ATTN_O_LATE_W=1, session 30's experiment: the
+// trace put 5.4 µs between the wait and that point), -1 as KILN_ATTN_O_LATE_W says. The same bits
+// either way. For the tests: not to be called while a launch is being enqueued on another thread.
+void attention_o_set_late_weights(int mode);
 
 }  // namespace kiln::cuda
