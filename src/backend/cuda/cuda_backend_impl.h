@@ -15,7 +15,6 @@
 #include <functional>
 #include <map>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -365,7 +364,8 @@ struct CudaBackend::Impl {
   // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
   // qkv projection and the o projection: it rotates q/k of a.qkv by position, writes K/V into the
   // cache and leaves the attention output in a.attn. With `fused` (n = 1), the qkv GEMV has done
-  // the rotation and the K/V write already, and attend(l) only attends.
+  // the rotation and the K/V write already, and attend(l) only attends. attend(l) returns true when
+  // it has run the o projection too (the fused attention + o kernel), false otherwise.
   template <class Attend>
   void enqueue_layers(const cuda_backend::Activations& a, const int32_t* tokens, int64_t n, Attend&& attend,
                       const FusedDecode* fused = nullptr) {
@@ -395,13 +395,7 @@ struct CudaBackend::Impl {
       } else {
         linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
-      // attend(l) may also have run the o projection (the fused attention + o kernel): it then
-      // returns true.
-      bool o_done = false;
-      if constexpr (std::is_same_v<std::invoke_result_t<Attend&, int64_t>, bool>)
-        o_done = attend(l);
-      else
-        attend(l);
+      const bool o_done = attend(l);
       if (!o_done && fold)
         linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
       else if (!o_done && !(n == 1 && (decode_probe() & kProbeSkipO)))

@@ -302,6 +302,7 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
           cuda::attention_decode(a.q, kv, meta + ml.kv_len, max_kv_len, a.attn, ws, B, int(c.n_heads),
                                  int(c.n_kv_heads), int(c.head_dim), m.s());
         });
+        return false;  // the o projection is enqueue_layers'
       },
       fused ? &fused_decode : nullptr);
   m.enqueue_head(a, a.x, B);
@@ -492,7 +493,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
         cuda::attention_prefill_varlen(a.q, read, a.attn, reinterpret_cast<const cuda::PrefillTile*>(meta + ml.tiles),
                                        p.n_tiles, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
       });
-      return;
+      return false;
     }
     for (size_t k = size_t(p.n_dec); k < p.order.size(); ++k) {
       const BatchEntry& b = entries[p.order[k]];
@@ -505,6 +506,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
                                 int(c.n_kv_heads), int(c.head_dim), m.s());
       });
     }
+    return false;
   });
   std::vector<size_t> row_entries;
   for (size_t e = 0; e < entries.size(); ++e)
