@@ -93,11 +93,6 @@ void check(Shape s, int len, int64_t capacity, uint32_t seed) {
   if (len == 65 || len == 200) std::printf("[ attn+o   ] %d positions: products %.2e apart\n", len, products);
   EXPECT_LT(rel_error(out, ref), kTolBf16Out);
   EXPECT_EQ(0, std::memcmp(out.data(), again.data(), out.size() * sizeof(float)));
-  // The weights requested once the first tile landed (KILN_ATTN_O_LATE_W): only the loads move.
-  cuda::attention_o_set_late_weights(1);
-  const std::vector<float> late = fused();
-  cuda::attention_o_set_late_weights(-1);
-  EXPECT_EQ(0, std::memcmp(out.data(), late.data(), out.size() * sizeof(float))) << "late weights";
 }
 
 TEST(GpuAttentionOFused, MatchesSeparateKernels) {

@@ -23,7 +23,6 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_o_fused.h"
@@ -75,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     attention_o_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                        const uint8_t* __restrict__ wq, const float2* __restrict__ scales, float* __restrict__ y,
                        float* __restrict__ partials, uint32_t* __restrict__ counters, int n_kv_heads, int group,
-                       int64_t N, int64_t K, float scale_log2, bool late_w, uint64_t* __restrict__ trace) {
+                       int64_t N, int64_t K, float scale_log2, uint64_t* __restrict__ trace) {
   // KILN_ATTN_O_TRACE (attention_o_trace.h): thread 0 of each block stamps its points (no-ops when off).
   using Stamps = BlockStamps<AttnOTrace::kBlocks, AttnOTrace::kWords>;
   Stamps::enter(trace);
@@ -124,8 +123,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   // ---- before the wait: what no kernel of this step writes, the older K/V of the first two tiles
   // (group A). The weights go after the wait (below): requested before it, as the GEMVs request
   // theirs, tg128 was the same (session 29, call 4), and loads after the wait queue behind a
-  // flood of weight requests (x's staging in the GEMVs). late_w (KILN_ATTN_O_LATE_W=1, an
-  // experiment): only once q and the first tile are in shared memory ----
+  // flood of weight requests (x's staging in the GEMVs). Requested only once q and the first tile
+  // had landed, tg128 was the same too (session 31): the first tile then landed 2 µs sooner and the
+  // rest of the attention took that much longer ----
   for (int tile = 0; tile < min(n_tiles, 2); ++tile) load_tile(tile, tile, true);
   attn::cp_async_commit();
   const int64_t newest_off = len > 0 ? kv.offset_as<false>(0, newest, kvh) : 0;
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const bool is_v = threadIdx.x >= kD / 8;
     const uint4 kv_piece =
         newest_here ? ld_after_wait((is_v ? kv.v : kv.k) + newest_off + c * 8) : make_uint4(0, 0, 0, 0);
-    if (!late_w || n_tiles == 0) request_weights();
+    request_weights();
     *reinterpret_cast<uint4*>(q_slot + attn::swz<kD>(r, c)) = v;
     if (newest_here) {
       bf16* const dst = is_v ? v_stage(newest_tile) : k_stage(newest_tile);
@@ -163,20 +163,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int key0 = warp * 16;
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int st = tile & 1;
-    // Groups in commit order: A (tiles 0, 1), the weights' B, then one a reloaded stage (tiles 2, 3);
-    // late_w commits B at tile 0, after A has landed, so tile 1 may leave tile 2's group pending too.
-    if (tile == 0 && late_w)
-      attn::cp_async_wait<0>();
-    else if (tile == 1 && late_w && n_tiles > 2)
-      attn::cp_async_wait<2>();
-    else if (tile < 2)
+    // Groups in commit order: A (tiles 0, 1), the weights' B, then one a reloaded stage (tiles 2, 3).
+    if (tile < 2)
       attn::cp_async_wait<1>();  // its group is older than the weights' (or than tile 2's)
     else
       attn::cp_async_wait<0>();
     __syncthreads();  // the tile (and at tile 0 q) is in shared memory for every thread
     if (tile == 0) {
       Stamps::cycles(trace, AttnOTrace::kFirstTile);
-      if (late_w) request_weights();
       q_frags8(qf, q_slot);
     }
     const int visible_n = min(kTile, len - tile * kTile);
@@ -285,12 +279,6 @@ int slice_rows(int group, int64_t rows) {
   return rb;
 }
 
-// attention_o_set_late_weights: -1 (KILN_ATTN_O_LATE_W decides), 0 or 1.
-int& late_weights_mode() {
-  static int mode = -1;
-  return mode;
-}
-
 }  // namespace
 
 int64_t attention_o_partial_floats(int n_kv_heads, int64_t o_rows) { return int64_t(n_kv_heads) * o_rows; }
@@ -315,17 +303,13 @@ void attention_o_fused(const bf16* q, const KvLayout& kv, const int32_t* kv_len,
   const auto* w = static_cast<const uint8_t*>(wo.data);
   uint64_t* const trace = attention_o_trace_next_slot();
   const auto* s = reinterpret_cast<const float2*>(wo.scales);
-  static const bool late_env = env_int("KILN_ATTN_O_LATE_W", 0) == 1;
-  const bool late_w = late_weights_mode() < 0 ? late_env : late_weights_mode() != 0;
   if (rb == 128)
     launch_pdl(attention_o_kernel<128>, grid, dim3(kThreads), size_t(smem_of(group, 128).total), stream, q, kv, kv_len,
-               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, late_w, trace);
+               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, trace);
   else
     launch_pdl(attention_o_kernel<64>, grid, dim3(kThreads), size_t(smem_of(group, 64).total), stream, q, kv, kv_len,
-               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, late_w, trace);
+               w, s, y, ws.partials, ws.counters, n_kv_heads, group, wo.rows, wo.cols, scale_log2, trace);
   KILN_CUDA_CHECK_LAUNCH();
 }
-
-void attention_o_set_late_weights(int mode) { late_weights_mode() = mode; }
 
 }  // namespace kiln::cuda

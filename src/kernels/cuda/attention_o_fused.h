@@ -50,10 +50,4 @@ bool attention_o_fusable(const QWeight& wo, int n_heads, int n_kv_heads, int hea
 void attention_o_fused(const bf16* q, const KvLayout& kv, const int32_t* kv_len, const QWeight& wo, float* y,
                        const AttnOWorkspace& ws, int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
 
-// When a block requests its o weights: 0 right after the wait, with q (the default), 1 once q and
-// its first K/V tile are in shared memory (KILN_ATTN_O_LATE_W=1, session 30's experiment: the
-// trace put 5.4 µs between the wait and that point), -1 as KILN_ATTN_O_LATE_W says. The same bits
-// either way. For the tests: not to be called while a launch is being enqueued on another thread.
-void attention_o_set_late_weights(int mode);
-
 }  // namespace kiln::cuda
