@@ -60,6 +60,15 @@ def lab_us(lab, kernel, shape, version):
     return None
 
 
+def copy_row(rep, issue, lab, kernel, shape, version, fmt):
+    """Context for a "% of copy" line, no verdict: the lab's copy kernel moving the call's bytes (half
+    read, half written) in one call of the same size. A call of 10-50 MB is mostly ramp and tail, so
+    this is as far as any kernel timed as one call can go on that shape."""
+    r = lab_us(lab, kernel, shape, version)
+    if r:
+        rep.add(issue, f"  a copy of {fmt} {shape.split()[0]}'s bytes, M=1", "context", r["pct_copy"], None, "%")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
@@ -89,6 +98,7 @@ def main():
                     ks["pct_copy"] >= 90, "%")
         if k and c:
             rep.add(6, f"GEMV {s.split()[0]} M=1 faster than cuBLAS", "< 1.00x", k["us"] / c["us"], k["us"] < c["us"], "x")
+        copy_row(rep, 6, lab, "gemv", s, "copy", "bf16")
     for name in ("gate_up", "down", "lm_head"):
         base = next((r for r in lab_rows(lab, "gemv", name + " M=1 ") if r["version"] == "kiln"), None)
         worst = None
@@ -179,6 +189,8 @@ def main():
         worst = min(r["pct_copy"] for r in seq)
         rep.add(10, f"int4 decode GEMV in sequence >= 85% of copy (worst of {len(seq)})", ">= 85%", worst,
                 worst >= 85, "%")
+    for r in int4:
+        copy_row(rep, 10, lab_quant, "qgemv", r["shape"], "int4-copy", "int4")
 
     rep.print()
     if a.json:

@@ -75,3 +75,17 @@ def test_session8_quantized_heads(tmp_path):
 def test_runs_without_head_benches_report_no_head_lines(tmp_path):
     rows, _ = run_report(tmp_path, prefix="2026-11-30_s7_final_")
     assert not [line for line in rows if " head / bf16" in line]
+
+
+def test_gemv_lines_carry_a_copy_of_the_same_bytes(tmp_path):
+    # Session 31's lab on an H100 (2026-12-06_s31_call3_lab_*.json): qkv and o isolated run at the
+    # rate a copy of their bytes runs, which is under the 90% line; the copy rows carry no verdict.
+    rows, _ = run_report(tmp_path, prefix="2026-12-06_s31_call3_")
+    assert (rows["GEMV qkv M=1 >= 90% of copy"]["measured"], rows["GEMV qkv M=1 >= 90% of copy"]["verdict"]) == (
+        "84.2%", "FAIL")
+    copies = {line: r for line, r in rows.items() if "  a copy of " in line}
+    assert copies["  a copy of bf16 qkv's bytes, M=1"]["measured"] == "84.1%"
+    assert copies["  a copy of bf16 o's bytes, M=1"]["measured"] == "76.9%"
+    int4 = [r for r in copies.values() if r["issue"] == 10]
+    assert len(int4) == 5 and min(float(r["measured"].rstrip("%")) for r in int4) == 45.8
+    assert all(r["verdict"] == "-" for r in copies.values())
