@@ -14,7 +14,8 @@
 //    against v18 / v19; --attention-batch: only the paged decode attention at many short sequences;
 //    --kv-pool: only that decode over an engine-shaped pool of 32 layers (one layer's region vs the
 //    32 in turn, consecutive vs shuffled block ids); --handoff: only the cost of one kernel boundary,
-//    plain launches vs PDL vs a polled counter (kernel_lab_handoff.cpp);
+//    plain launches vs PDL vs a polled counter (kernel_lab_handoff.cpp); --overlap: only a half decode
+//    step's GEMM and attention at once on two streams (kernel_lab_overlap.cpp);
 //    --model PRESET: the matrix shapes of another `kiln --random` preset, e.g. qwen2.5-7b, instead of
 //    llama3-8b's; --default-only: of the prefill GEMM versions only the default's choice and cuBLAS;
 //    --sustain S: each prefill GEMM and cuBLAS also run back to back for ~S seconds, twice in turn,
@@ -489,7 +490,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
   bool attention_batch_only = false, gemm_add_only = false, fp8_gemm_only = false, kv_pool_only = false;
-  bool handoff_only = false;
+  bool handoff_only = false, overlap_only = false;  // --overlap skips what --handoff skips
   int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096); with --fp8-gemm, its M
   std::string model = "llama3-8b";  // --model: the preset whose projection shapes the benches walk
   for (int i = 1; i < argc; ++i) {
@@ -500,6 +501,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--attention-batch")) attention_batch_only = true;
     else if (!std::strcmp(argv[i], "--kv-pool")) kv_pool_only = true;
     else if (!std::strcmp(argv[i], "--handoff")) handoff_only = true;
+    else if (!std::strcmp(argv[i], "--overlap")) handoff_only = overlap_only = true;
     else if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     else if (!std::strcmp(argv[i], "--decode")) quant_only = g_decode_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
@@ -514,7 +516,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sustain") && i + 1 < argc) g_sustain_seconds = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] "
-                           "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--fp8-gemm] [--attention-batch] [--kv-pool] [--handoff] [--model PRESET] "
+                           "[--gemv] [--gemm] [--gemm-m M] [--gemm-add] [--fp8-gemm] [--attention-batch] [--kv-pool] [--handoff] [--overlap] [--model PRESET] "
                            "[--unheld] [--default-only] [--sustain SECONDS]\n");
       return 2;
     }
@@ -532,7 +534,9 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs, L2 %lld MB, cc %d.%d\n", info.name.c_str(), info.sm_count,
                 (long long)(info.l2_bytes >> 20), info.cc_major, info.cc_minor);
     double copy_gbs = copy_ceiling();
-    if (handoff_only) {
+    if (overlap_only) {
+      bench_overlap(copy_gbs, info.sm_count);
+    } else if (handoff_only) {
       bench_handoff(info.sm_count);
     } else if (attention_batch_only) {
       bench_decode_batched(copy_gbs);

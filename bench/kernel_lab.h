@@ -136,5 +136,7 @@ void bench_fp8_gemm(double copy_gbs, cuda::CublasGemm& cublas, const std::vector
                     const std::vector<int64_t>& ms);
 // What one kernel boundary costs, plain / PDL / counter handoffs (kernel_lab_handoff.cpp, --handoff).
 void bench_handoff(int sm_count);
+// kernel_lab_overlap.cpp: a half decode step's gate/up GEMM and attention, alone, serial and at once.
+void bench_overlap(double copy_gbs, int sm_count);
 
 }  // namespace kiln::lab

@@ -94,6 +94,14 @@ float EventTimer::elapsed_ms() {
   return ms;
 }
 
+void stream_wait(cudaStream_t waiter, cudaStream_t on) {
+  cudaEvent_t e = nullptr;
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  KILN_CUDA_CHECK(cudaEventRecord(e, on));
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(waiter, e, 0));
+  KILN_CUDA_CHECK(cudaEventDestroy(e));  // released once the wait has happened
+}
+
 Stream::Stream() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
 Stream::~Stream() {
   if (s_) cudaStreamDestroy(s_);

@@ -95,6 +95,10 @@ class EventTimer {
   cudaEvent_t a_ = nullptr, b_ = nullptr;
 };
 
+// Makes `waiter` wait for the work enqueued on `on` so far (an event recorded on `on`): the fork and
+// join of work run on two streams at once.
+void stream_wait(cudaStream_t waiter, cudaStream_t on);
+
 // A stream owned by the caller (RAII).
 class Stream {
  public:

@@ -41,6 +41,10 @@ bool gemm_wgmma_persistent(int config, const bf16* x, const bf16* w, const bf16*
 // gemm_wgmma_persistent.cu's header), or 0 (v4: one round of 128x128 tiles; or the kernel cannot run).
 // bf16_out false: the plan for an fp32 output (no TMA-store twins), before the reduce-add swap.
 int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K, bool bf16_out = true);
+// Kernel-lab hook (kernel_lab --overlap): the persistent GEMMs plan and launch as if the device had
+// at most `sms` SMs (0: all of them), leaving the rest to a kernel run beside them on another stream.
+// Not for use while another thread launches GEMMs.
+void gemm_persistent_set_sm_limit(int sms);
 
 // gemm version 12 (gemm_wgmma_cluster.cu): 128x256 tiles, each computed by a 2-CTA cluster that
 // splits K in two and exchanges the partials through distributed shared memory (for the one-round

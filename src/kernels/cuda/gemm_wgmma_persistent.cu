@@ -354,7 +354,9 @@ void launch_persistent(const void* w, const bf16* bias, void* y, OutMode mode, i
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-int device_sms() {
+int sm_limit = 0;  // gemm_persistent_set_sm_limit
+
+int probed_sms() {
   static wgmma_ptx::HopperProbe probe;
   return probe.sms(std::max({PCfgPP128::kSmemBytes, PCfgCo192::kSmemBytes, PCfgCo256::kSmemBytes,
                              PCfgCo256T::kSmemBytes, PCfgCo224::kSmemBytes, PCfgCo224T::kSmemBytes}),
@@ -375,6 +377,11 @@ int device_sms() {
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwigluF8>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256AddF8>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128AddF8>)});
+}
+
+int device_sms() {
+  const int sms = probed_sms();
+  return sm_limit > 0 && sms > 0 ? std::min(sm_limit, sms) : sms;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -432,6 +439,8 @@ int plan(int64_t M, int64_t N, int sms, bool tma_epi) {
 }
 
 }  // namespace
+
+void gemm_persistent_set_sm_limit(int sms) { sm_limit = std::max(sms, 0); }
 
 int gemm_wgmma_persistent_plan(int64_t M, int64_t N, int64_t K, bool bf16_out) {
   (void)K;
