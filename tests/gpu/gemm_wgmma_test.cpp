@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "matmul_test_util.h"
 
 namespace kiln::gputest {
@@ -140,6 +141,31 @@ TEST(GpuMatmul, GemmBatchedAddEpilogueIsBitIdentical) {
       EXPECT_EQ(0, std::memcmp(batched.data(), general.data(), batched.size() * sizeof(float)));
       if (s.m == 333) expect_close(c, cuda::OutMode::add_f32, batched);
     }
+  }
+}
+
+// The persistent GEMM with its grid capped at a few SMs (gemm_persistent_set_sm_limit, kernel_lab
+// --overlap's hook) computes the same tiles, each block walking more of them: the same bits as the
+// full grid. Forced configs, since the auto plan may pick another tile for fewer SMs.
+TEST(GpuMatmul, GemmPersistentCappedGridIsBitIdentical) {
+  KILN_REQUIRE_GPU();
+  if (!gemm_version_testable(5)) GTEST_SKIP() << "gemm v5 (wgmma) needs an sm_90 device and an sm_90a build";
+  const Shape s{1100, 4504, 1544};
+  SplitCase c(s, true, 83, /*with_ref=*/true);
+  for (int v : {6, 9}) {  // ping-pong 128x128; cooperative 128x256 with the TMA store
+    SCOPED_TRACE(testing::Message() << "v" << v);
+    auto run = [&](int sms) {
+      cuda::gemm_persistent_set_sm_limit(sms);
+      std::vector<float> y = run_out(c, cuda::OutMode::store_bf16, [&](void* out) {
+        cuda::gemm_version(v, c.dx.data(), c.dw.data(), c.db.data(), out, cuda::OutMode::store_bf16, s.m, s.n, s.k,
+                           nullptr);
+      });
+      cuda::gemm_persistent_set_sm_limit(0);
+      return y;
+    };
+    const std::vector<float> full = run(0), capped = run(7);
+    EXPECT_EQ(0, std::memcmp(full.data(), capped.data(), full.size() * sizeof(float)));
+    expect_close(c, cuda::OutMode::store_bf16, capped);
   }
 }
 
