@@ -133,34 +133,6 @@ const DecodeVariant kDecodeVariants[] = {
     {"s4w2pi", {4, 2, 1, 1}},
 };
 
-// The 8-bit copy of a ShuffledPagedKv pool (kv_layout.h's paged quantized form: bytes and scales
-// head-major over the pool's slots), quantized as the engine's K/V write does (kv_quantize on the
-// pool seen as one contiguous sequence of all its slots: the same index).
-struct QuantizedPagedKv {
-  DeviceBuffer<uint8_t> k8, v8;
-  DeviceBuffer<float> scales;
-  KvLayout layout;
-  QuantizedPagedKv(const ShuffledPagedKv& pool, KvQuant f, int kv_heads, int d) {
-    const KvLayout& src = pool.layout;
-    const int64_t slots = (pool.num_blocks + 1) * ShuffledPagedKv::kBlock;
-    k8 = DeviceBuffer<uint8_t>(size_t(slots * kv_heads * d));
-    v8 = DeviceBuffer<uint8_t>(k8.size());
-    scales = DeviceBuffer<float>(size_t(2 * slots * kv_heads));
-    layout = KvLayout{nullptr, nullptr, 0, int64_t(kv_heads) * d, d};
-    layout.quant = f;
-    layout.k8 = k8.data();
-    layout.v8 = v8.data();
-    layout.k_scale = scales.data();
-    layout.v_scale = scales.data() + slots * kv_heads;
-    layout.scale_head_stride = slots;
-    kv_quantize(src.k, 1, slots, kv_heads, layout, false, nullptr);
-    kv_quantize(src.v, 1, slots, kv_heads, layout, true, nullptr);
-    layout.block_table = src.block_table;
-    layout.bt_stride = src.bt_stride;
-    layout.block_shift = src.block_shift;
-  }
-};
-
 // Paged decode at the continuous-batching engine's shape: many sequences, short contexts (2048 x
 // 128 in / 128 out: 128..256 positions), one split block per (sequence, KV head). "kiln" is the
 // default; "stream" the streaming kernel (session 14, attention_decode_stream.cu), "slices" the

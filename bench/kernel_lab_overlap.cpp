@@ -5,10 +5,11 @@
 // on every SM, while the GEMMs around it are compute-bound on every SM. If the attention reaches
 // the copy rate on a fraction of the SMs, a step split into two micro-batches could run one
 // half's attention beside the other half's GEMMs (NanoFlow's idea) and hide most of it. This bench
-// measures that bound before any engine work: one half-step GEMM (gate/up, M = 1024) and one
-// half-step attention (1024 sequences x 192 positions, shuffled 16-token blocks), each alone, one
-// after the other, and at once on two streams with the persistent GEMM's grid capped at S SMs
-// (gemm_persistent_set_sm_limit), so the attention's blocks get the other SMs.
+// measures that bound before any engine work: one half-step GEMM (gate/up, or down adding into the
+// fp32 residual; M = 1024) and one half-step attention (1024 sequences x 192 positions, shuffled
+// 16-token blocks, a bf16 or an fp8 cache), each alone, one after the other, and at once on two
+// streams with the persistent GEMM's grid capped at S SMs (gemm_persistent_set_sm_limit), so the
+// attention's blocks get the other SMs.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -42,49 +43,28 @@ double region_ms(cudaStream_t s, const std::function<void()>& fn, int reps = 9) 
   return ms[ms.size() / 2];
 }
 
-}  // namespace
-
-void bench_overlap(double copy_gbs, int sm_count) {
-  constexpr int heads = 32, kv_heads = 8, d = 128;
-  constexpr int64_t kv_dim = int64_t(kv_heads) * d, hidden = 4096, n_gu = 28672, batch = 1024, len = 192;
-  constexpr int64_t cap = 4096;  // the engine plans the attention's split count from its capacity
+// One GEMM beside one attention: alone, serial, and at once with the GEMM capped at each S.
+void overlap_table(const char* label, double copy_gbs, int sm_count, Stream& s1, Stream& s2,
+                   const std::function<void(cudaStream_t)>& gemm_call, const std::function<void(cudaStream_t)>& attn_call,
+                   const std::function<std::vector<float>()>& gemm_output, double flops, double bytes) {
   // Pairs a region runs back to back: ~20 ms, long enough for the clock to settle at the power cap.
   constexpr int kPairs = 32;
-  const ShuffledPagedKv pool(batch, len, kv_dim, d, 9, 11);
-  DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size());
-  fill_random_bf16(q.data(), int64_t(q.size()), 9, 2, 0, 1.0f, nullptr);
-  const std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
-  DeviceBuffer<int32_t> dlen(lens);
-  DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, cap)));
-  const auto wsv = decode_workspace(ws.data(), batch, heads, d, cap);
-  DeviceBuffer<bf16> x(size_t(batch * hidden)), w(size_t(n_gu * hidden)), y(size_t(batch * n_gu));
-  fill_random_bf16(x.data(), int64_t(x.size()), 10, 0, 0, 1.0f, nullptr);
-  fill_random_bf16(w.data(), int64_t(w.size()), 10, 1, 0, 0.02f, nullptr);
-  cuda_synchronize();
-  Stream s1, s2;
-  auto gemm_call = [&](cudaStream_t s) { gemm(x.data(), w.data(), nullptr, y.data(), OutMode::store_bf16, batch, n_gu, hidden, s); };
-  auto attn_call = [&](cudaStream_t s) {
-    attention_decode(q.data(), pool.layout, dlen.data(), cap, out.data(), wsv, batch, heads, kv_heads, d, s);
-  };
-  const double bytes = 2.0 * batch * len * kv_dim * 2, flops = 2.0 * batch * n_gu * hidden;
-
   gemm_persistent_set_sm_limit(0);
   gemm_call(s1.get());
   stream_synchronize(s1.get());
-  const std::vector<bf16> y_all = y.to_host();
+  const std::vector<float> y_all = gemm_output();
   const double t_gemm = region_ms(s1.get(), [&] { for (int i = 0; i < kPairs; ++i) gemm_call(s1.get()); }) / kPairs;
   const double t_attn = region_ms(s1.get(), [&] { for (int i = 0; i < kPairs; ++i) attn_call(s1.get()); }) / kPairs;
   const double t_serial = region_ms(s1.get(), [&] {
     for (int i = 0; i < kPairs; ++i) gemm_call(s1.get()), attn_call(s1.get());
   }) / kPairs;
-  std::printf("\noverlap: gate_up GEMM M=%lld %lldx%lld beside paged decode attention b=%lld L=%lld (bf16 cache); "
-              "ms a pair, medians of 9 regions of %d pairs\n",
-              (long long)batch, (long long)n_gu, (long long)hidden, (long long)batch, (long long)len, kPairs);
+  std::printf("\noverlap, %s; ms a pair, medians of 9 regions of %d pairs\n", label, kPairs);
   std::printf("alone: GEMM %.3f ms (%.0f TFLOP/s), attention %.3f ms (%.0f GB/s); one after the other %.3f ms\n", t_gemm,
               flops / t_gemm / 1e9, t_attn, bytes / t_attn / 1e6, t_serial);
-  record("overlap", "gemm alone", "all", t_gemm, 0, flops, copy_gbs, 0);
-  record("overlap", "attention alone", "all", t_attn, bytes, 0, copy_gbs, 0);
-  record("overlap", "serial", "all", t_serial, bytes, flops, copy_gbs, 0);
+  const std::string tag(label);
+  record("overlap", tag + ", gemm alone", "all", t_gemm, 0, flops, copy_gbs, 0);
+  record("overlap", tag + ", attention alone", "all", t_attn, bytes, 0, copy_gbs, 0);
+  record("overlap", tag + ", serial", "all", t_serial, bytes, flops, copy_gbs, 0);
   std::printf("%9s %14s %14s %12s\n", "GEMM SMs", "GEMM alone", "both at once", "/ serial");
   for (const int limit : {0, 120, 108, 96, 84, 72, 60}) {
     gemm_persistent_set_sm_limit(limit);
@@ -95,17 +75,65 @@ void bench_overlap(double copy_gbs, int sm_count) {
       stream_wait(s1.get(), s2.get());
     }) / kPairs;
     stream_synchronize(s1.get());
-    // The capped grid computes the same tiles: the same bits.
-    const std::vector<bf16> y_cap = y.to_host();
-    const bool same = std::memcmp(y_cap.data(), y_all.data(), y_all.size() * sizeof(bf16)) == 0;
+    // The capped grid computes the same tiles: the same bits (down adds into its output every call,
+    // so only the store's output is compared).
+    const std::vector<float> y_cap = gemm_output();
+    const bool same = y_cap.empty() || std::memcmp(y_cap.data(), y_all.data(), y_all.size() * sizeof(float)) == 0;
     const int sms = limit > 0 ? limit : sm_count;
     std::printf("%9d %11.3f ms %11.3f ms %12.3f%s\n", sms, g, both, both / t_serial, same ? "" : "  OUTPUT DIFFERS");
-    char shape[48];
-    std::snprintf(shape, sizeof shape, "gemm SMs=%d", sms);
+    const std::string shape = tag + ", gemm SMs=" + std::to_string(sms);
     record("overlap", shape, "gemm", g, 0, flops, copy_gbs, same ? 0 : 1);
     record("overlap", shape, "both", both, bytes, flops, copy_gbs, same ? 0 : 1);
   }
   gemm_persistent_set_sm_limit(0);
+}
+
+}  // namespace
+
+void bench_overlap(double copy_gbs, int sm_count) {
+  constexpr int heads = 32, kv_heads = 8, d = 128;
+  constexpr int64_t kv_dim = int64_t(kv_heads) * d, hidden = 4096, inter = 14336, batch = 1024, len = 192;
+  constexpr int64_t cap = 4096;  // the engine plans the attention's split count from its capacity
+  const ShuffledPagedKv pool(batch, len, kv_dim, d, 9, 11);
+  const QuantizedPagedKv pool8(pool, KvQuant::fp8, kv_heads, d);
+  DeviceBuffer<bf16> q(size_t(batch * heads * d)), out(q.size());
+  fill_random_bf16(q.data(), int64_t(q.size()), 9, 2, 0, 1.0f, nullptr);
+  const std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(len));
+  DeviceBuffer<int32_t> dlen(lens);
+  DeviceBuffer<float> ws(size_t(decode_workspace_floats(batch, heads, d, cap)));
+  const auto wsv = decode_workspace(ws.data(), batch, heads, d, cap);
+  // gate/up (2 x inter rows over hidden, bf16 out) and down (hidden rows over inter, added into fp32).
+  DeviceBuffer<bf16> x(size_t(batch * inter)), w_gu(size_t(2 * inter * hidden)), w_down(size_t(hidden * inter));
+  DeviceBuffer<bf16> y_gu(size_t(batch * 2 * inter));
+  DeviceBuffer<float> y_down(size_t(batch * hidden));
+  fill_random_bf16(x.data(), int64_t(x.size()), 10, 0, 0, 1.0f, nullptr);
+  fill_random_bf16(w_gu.data(), int64_t(w_gu.size()), 10, 1, 0, 0.02f, nullptr);
+  fill_random_bf16(w_down.data(), int64_t(w_down.size()), 10, 2, 0, 0.02f, nullptr);
+  y_down.zero();
+  cuda_synchronize();
+  Stream s1, s2;
+  auto gate_up = [&](cudaStream_t s) {
+    gemm(x.data(), w_gu.data(), nullptr, y_gu.data(), OutMode::store_bf16, batch, 2 * inter, hidden, s);
+  };
+  auto down = [&](cudaStream_t s) {
+    gemm(x.data(), w_down.data(), nullptr, y_down.data(), OutMode::add_f32, batch, hidden, inter, s);
+  };
+  auto gate_up_out = [&] { return to_float(y_gu); };
+  auto no_out = [] { return std::vector<float>(); };
+  auto attn_bf16 = [&](cudaStream_t s) {
+    attention_decode(q.data(), pool.layout, dlen.data(), cap, out.data(), wsv, batch, heads, kv_heads, d, s);
+  };
+  auto attn_fp8 = [&](cudaStream_t s) {
+    attention_decode_q8_version(0, q.data(), pool8.layout, dlen.data(), cap, out.data(), wsv, batch, heads, kv_heads, d, s);
+  };
+  const double bytes16 = 2.0 * batch * len * kv_dim * 2, bytes8 = 2.0 * batch * len * (kv_dim + kv_heads * 4);
+  const double flops_gu = 2.0 * batch * 2 * inter * hidden, flops_down = 2.0 * batch * hidden * inter;
+  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, gate_up, attn_bf16,
+                gate_up_out, flops_gu, bytes16);
+  overlap_table("down M=1024 4096x14336 (add) + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, down,
+                attn_bf16, no_out, flops_down, bytes16);
+  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 fp8", copy_gbs, sm_count, s1, s2, gate_up, attn_fp8,
+                gate_up_out, flops_gu, bytes8);
 }
 
 }  // namespace kiln::lab

@@ -1,5 +1,5 @@
-// The kernel lab's paged K/V pool (kernel_lab_attention.cpp, kernel_lab_overlap.cpp): the block
-// layout the continuous-batching engine reads, its blocks in shuffled order.
+// The kernel lab's paged K/V pools (kernel_lab_attention.cpp, kernel_lab_overlap.cpp): the block
+// layout the continuous-batching engine reads, its blocks in shuffled order, and its 8-bit copy.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "kernels/cuda/kv_layout.h"
+#include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/random_fill.h"
 
 namespace kiln::lab {
@@ -17,6 +18,7 @@ using cuda::bf16;
 using cuda::DeviceBuffer;
 using cuda::KvLayout;
 using cuda::fill_random_bf16;
+using cuda::KvQuant;
 
 // A paged K/V pool for `batch` sequences of `len` positions in 16-token blocks, the blocks in shuffled
 // order (what the continuous-batching engine reads): random K / V (fill seed), the block table
@@ -51,6 +53,34 @@ struct ShuffledPagedKv {
     std::mt19937 rng(seed);
     std::shuffle(t.begin(), t.end(), rng);
     return t;
+  }
+};
+
+// The 8-bit copy of a ShuffledPagedKv pool (kv_layout.h's paged quantized form: bytes and scales
+// head-major over the pool's slots), quantized as the engine's K/V write does (kv_quantize on the
+// pool seen as one contiguous sequence of all its slots: the same index).
+struct QuantizedPagedKv {
+  DeviceBuffer<uint8_t> k8, v8;
+  DeviceBuffer<float> scales;
+  KvLayout layout;
+  QuantizedPagedKv(const ShuffledPagedKv& pool, KvQuant f, int kv_heads, int d) {
+    const KvLayout& src = pool.layout;
+    const int64_t slots = (pool.num_blocks + 1) * ShuffledPagedKv::kBlock;
+    k8 = DeviceBuffer<uint8_t>(size_t(slots * kv_heads * d));
+    v8 = DeviceBuffer<uint8_t>(k8.size());
+    scales = DeviceBuffer<float>(size_t(2 * slots * kv_heads));
+    layout = KvLayout{nullptr, nullptr, 0, int64_t(kv_heads) * d, d};
+    layout.quant = f;
+    layout.k8 = k8.data();
+    layout.v8 = v8.data();
+    layout.k_scale = scales.data();
+    layout.v_scale = scales.data() + slots * kv_heads;
+    layout.scale_head_stride = slots;
+    cuda::kv_quantize(src.k, 1, slots, kv_heads, layout, false, nullptr);
+    cuda::kv_quantize(src.v, 1, slots, kv_heads, layout, true, nullptr);
+    layout.block_table = src.block_table;
+    layout.bt_stride = src.bt_stride;
+    layout.block_shift = src.block_shift;
   }
 };
 
