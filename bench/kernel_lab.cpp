@@ -490,7 +490,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   bool skinny_only = false, attention_only = false, quant_only = false, gemv_only = false, gemm_only = false;
   bool attention_batch_only = false, gemm_add_only = false, fp8_gemm_only = false, kv_pool_only = false;
-  bool handoff_only = false, overlap_only = false;  // --overlap skips what --handoff skips
+  bool handoff_only = false, overlap_only = false;
   int64_t gemm_m = 0;  // --gemm-m: one prefill M only (0: 512, 2048 and 4096); with --fp8-gemm, its M
   std::string model = "llama3-8b";  // --model: the preset whose projection shapes the benches walk
   for (int i = 1; i < argc; ++i) {
@@ -501,7 +501,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--attention-batch")) attention_batch_only = true;
     else if (!std::strcmp(argv[i], "--kv-pool")) kv_pool_only = true;
     else if (!std::strcmp(argv[i], "--handoff")) handoff_only = true;
-    else if (!std::strcmp(argv[i], "--overlap")) handoff_only = overlap_only = true;
+    else if (!std::strcmp(argv[i], "--overlap")) overlap_only = true;
     else if (!std::strcmp(argv[i], "--quant")) quant_only = true;
     else if (!std::strcmp(argv[i], "--decode")) quant_only = g_decode_only = true;
     else if (!std::strcmp(argv[i], "--gemv")) gemv_only = true;
@@ -577,7 +577,7 @@ int main(int argc, char** argv) {
       bench_skinny(copy_gbs, cublas, g_quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 64, 128, 256});
     }
     if (!skinny_only && !quant_only && !gemv_only && !gemm_only && !attention_batch_only && !gemm_add_only &&
-        !fp8_gemm_only && !kv_pool_only && !handoff_only) {
+        !fp8_gemm_only && !kv_pool_only && !handoff_only && !overlap_only) {
       probe_wgmma_prefill();
       bench_attention(copy_gbs);
     }

@@ -44,14 +44,15 @@ inline double g_sustain_seconds = 0;  // --sustain S: also each GEMM and cuBLAS 
 inline bool g_decode_only = false;    // --decode: the quantized products at M = 1 and 16 only (no prefill)
 inline nlohmann::json g_results = nlohmann::json::array();
 
-// Median of `reps` timings of fn(rep) after `warmup` untimed calls.
-inline double time_ms(const std::function<void(int)>& fn, int reps = 50, int warmup = 5) {
+// Median of `reps` timings of fn(rep) after `warmup` untimed calls, the events on `stream` (fn's work
+// runs there, or is forked from it and joined back).
+inline double time_ms(const std::function<void(int)>& fn, int reps = 50, int warmup = 5, cudaStream_t stream = nullptr) {
   if (g_quick) reps = std::min(reps, 10);
   for (int i = 0; i < warmup; ++i) fn(i);
-  EventTimer t;
+  EventTimer t(stream);
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
-    if (g_held) cuda::hold_stream(kHoldMicroseconds, nullptr);
+    if (g_held) cuda::hold_stream(kHoldMicroseconds, stream);
     t.start();
     fn(i);
     t.stop();

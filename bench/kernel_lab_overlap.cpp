@@ -10,7 +10,6 @@
 // 16-token blocks, a bf16 or an fp8 cache), each alone, one after the other, and at once on two
 // streams with the persistent GEMM's grid capped at S SMs (gemm_persistent_set_sm_limit), so the
 // attention's blocks get the other SMs.
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -27,20 +26,9 @@ using namespace kiln::cuda;
 
 namespace {
 
-// Median over `reps` of a region's time on stream s (fn enqueues the region's work, on s or forked
-// from it and joined back), after 2 untimed regions.
-double region_ms(cudaStream_t s, const std::function<void()>& fn, int reps = 9) {
-  for (int i = 0; i < 2; ++i) fn();
-  EventTimer t(s);
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    t.start();
-    fn();
-    t.stop();
-    ms.push_back(t.elapsed_ms());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+// A region's time on stream s, ms: the median of 9 after 2 untimed.
+double region_ms(cudaStream_t s, const std::function<void()>& fn) {
+  return time_ms([&](int) { fn(); }, 9, 2, s);
 }
 
 // One GEMM beside one attention: alone, serial, and at once with the GEMM capped at each S.
