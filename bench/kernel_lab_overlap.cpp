@@ -9,7 +9,10 @@
 // fp32 residual; M = 1024) and one half-step attention (1024 sequences x 192 positions, shuffled
 // 16-token blocks, a bf16 or an fp8 cache), each alone, one after the other, and at once on two
 // streams with the persistent GEMM's grid capped at S SMs (gemm_persistent_set_sm_limit), so the
-// attention's blocks get the other SMs.
+// attention's blocks get the other SMs. Each cap runs twice: the GEMM on a normal-priority stream,
+// then on a high-priority one. Without priority the block dispatcher serves kernels in launch
+// order, so the next GEMM's blocks wait behind every queued attention block (session 32's first
+// run: both at once = serial); with it, the GEMM's blocks take SMs as soon as they free up.
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -32,7 +35,7 @@ double region_ms(cudaStream_t s, const std::function<void()>& fn) {
 }
 
 // One GEMM beside one attention: alone, serial, and at once with the GEMM capped at each S.
-void overlap_table(const char* label, double copy_gbs, int sm_count, Stream& s1, Stream& s2,
+void overlap_table(const char* label, double copy_gbs, int sm_count, Stream& s1, Stream& s2, Stream& s_high,
                    const std::function<void(cudaStream_t)>& gemm_call, const std::function<void(cudaStream_t)>& attn_call,
                    const std::function<std::vector<float>()>& gemm_output, double flops, double bytes) {
   // Pairs a region runs back to back: ~20 ms, long enough for the clock to settle at the power cap.
@@ -53,25 +56,30 @@ void overlap_table(const char* label, double copy_gbs, int sm_count, Stream& s1,
   record("overlap", tag + ", gemm alone", "all", t_gemm, 0, flops, copy_gbs, 0);
   record("overlap", tag + ", attention alone", "all", t_attn, bytes, 0, copy_gbs, 0);
   record("overlap", tag + ", serial", "all", t_serial, bytes, flops, copy_gbs, 0);
-  std::printf("%9s %14s %14s %12s\n", "GEMM SMs", "GEMM alone", "both at once", "/ serial");
+  std::printf("%9s %9s %14s %14s %12s\n", "GEMM SMs", "priority", "GEMM alone", "both at once", "/ serial");
   for (const int limit : {0, 120, 108, 96, 84, 72, 60}) {
-    gemm_persistent_set_sm_limit(limit);
-    const double g = region_ms(s1.get(), [&] { for (int i = 0; i < kPairs; ++i) gemm_call(s1.get()); }) / kPairs;
-    const double both = region_ms(s1.get(), [&] {
-      stream_wait(s2.get(), s1.get());
-      for (int i = 0; i < kPairs; ++i) gemm_call(s1.get()), attn_call(s2.get());
-      stream_wait(s1.get(), s2.get());
-    }) / kPairs;
-    stream_synchronize(s1.get());
-    // The capped grid computes the same tiles: the same bits (down adds into its output every call,
-    // so only the store's output is compared).
-    const std::vector<float> y_cap = gemm_output();
-    const bool same = y_cap.empty() || std::memcmp(y_cap.data(), y_all.data(), y_all.size() * sizeof(float)) == 0;
-    const int sms = limit > 0 ? limit : sm_count;
-    std::printf("%9d %11.3f ms %11.3f ms %12.3f%s\n", sms, g, both, both / t_serial, same ? "" : "  OUTPUT DIFFERS");
-    const std::string shape = tag + ", gemm SMs=" + std::to_string(sms);
-    record("overlap", shape, "gemm", g, 0, flops, copy_gbs, same ? 0 : 1);
-    record("overlap", shape, "both", both, bytes, flops, copy_gbs, same ? 0 : 1);
+    for (Stream* gs : {&s1, &s_high}) {
+      const cudaStream_t g_s = gs->get();
+      const char* priority = gs == &s1 ? "normal" : "high";
+      gemm_persistent_set_sm_limit(limit);
+      const double g = region_ms(g_s, [&] { for (int i = 0; i < kPairs; ++i) gemm_call(g_s); }) / kPairs;
+      const double both = region_ms(g_s, [&] {
+        stream_wait(s2.get(), g_s);
+        for (int i = 0; i < kPairs; ++i) gemm_call(g_s), attn_call(s2.get());
+        stream_wait(g_s, s2.get());
+      }) / kPairs;
+      stream_synchronize(g_s);
+      // The capped grid computes the same tiles: the same bits (down adds into its output every call,
+      // so only the store's output is compared).
+      const std::vector<float> y_cap = gemm_output();
+      const bool same = y_cap.empty() || std::memcmp(y_cap.data(), y_all.data(), y_all.size() * sizeof(float)) == 0;
+      const int sms = limit > 0 ? limit : sm_count;
+      std::printf("%9d %9s %11.3f ms %11.3f ms %12.3f%s\n", sms, priority, g, both, both / t_serial,
+                  same ? "" : "  OUTPUT DIFFERS");
+      const std::string shape = tag + ", gemm SMs=" + std::to_string(sms) + ", " + priority + " priority";
+      record("overlap", shape, "gemm", g, 0, flops, copy_gbs, same ? 0 : 1);
+      record("overlap", shape, "both", both, bytes, flops, copy_gbs, same ? 0 : 1);
+    }
   }
   gemm_persistent_set_sm_limit(0);
 }
@@ -99,7 +107,7 @@ void bench_overlap(double copy_gbs, int sm_count) {
   fill_random_bf16(w_down.data(), int64_t(w_down.size()), 10, 2, 0, 0.02f, nullptr);
   y_down.zero();
   cuda_synchronize();
-  Stream s1, s2;
+  Stream s1, s2, s_high(Stream::Priority::high);
   auto gate_up = [&](cudaStream_t s) {
     gemm(x.data(), w_gu.data(), nullptr, y_gu.data(), OutMode::store_bf16, batch, 2 * inter, hidden, s);
   };
@@ -116,11 +124,11 @@ void bench_overlap(double copy_gbs, int sm_count) {
   };
   const double bytes16 = 2.0 * batch * len * kv_dim * 2, bytes8 = 2.0 * batch * len * (kv_dim + kv_heads * 4);
   const double flops_gu = 2.0 * batch * 2 * inter * hidden, flops_down = 2.0 * batch * hidden * inter;
-  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, gate_up, attn_bf16,
+  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, s_high, gate_up, attn_bf16,
                 gate_up_out, flops_gu, bytes16);
-  overlap_table("down M=1024 4096x14336 (add) + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, down,
+  overlap_table("down M=1024 4096x14336 (add) + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, s_high, down,
                 attn_bf16, no_out, flops_down, bytes16);
-  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 fp8", copy_gbs, sm_count, s1, s2, gate_up, attn_fp8,
+  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 fp8", copy_gbs, sm_count, s1, s2, s_high, gate_up, attn_fp8,
                 gate_up_out, flops_gu, bytes8);
 }
 

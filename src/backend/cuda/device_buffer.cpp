@@ -103,6 +103,11 @@ void stream_wait(cudaStream_t waiter, cudaStream_t on) {
 }
 
 Stream::Stream() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+Stream::Stream(Priority priority) {
+  int least = 0, greatest = 0;  // CUDA's priorities: lower numbers are higher
+  KILN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  KILN_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority == Priority::high ? greatest : least));
+}
 Stream::~Stream() {
   if (s_) cudaStreamDestroy(s_);
 }

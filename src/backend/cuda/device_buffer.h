@@ -99,10 +99,13 @@ class EventTimer {
 // join of work run on two streams at once.
 void stream_wait(cudaStream_t waiter, cudaStream_t on);
 
-// A stream owned by the caller (RAII).
+// A stream owned by the caller (RAII). A high-priority stream's blocks are dispatched ahead of
+// those of kernels already queued on normal streams whenever an SM frees up.
 class Stream {
  public:
   Stream();
+  enum class Priority { normal, high };
+  explicit Stream(Priority priority);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
