@@ -15,7 +15,8 @@
 //    --kv-pool: only that decode over an engine-shaped pool of 32 layers (one layer's region vs the
 //    32 in turn, consecutive vs shuffled block ids); --handoff: only the cost of one kernel boundary,
 //    plain launches vs PDL vs a polled counter (kernel_lab_handoff.cpp); --overlap: only a half decode
-//    step's GEMM and attention at once on two streams (kernel_lab_overlap.cpp);
+//    step's GEMM and attention at once on two streams, then on two green-context SM partitions
+//    (kernel_lab_overlap.cpp);
 //    --model PRESET: the matrix shapes of another `kiln --random` preset, e.g. qwen2.5-7b, instead of
 //    llama3-8b's; --default-only: of the prefill GEMM versions only the default's choice and cuBLAS;
 //    --sustain S: each prefill GEMM and cuBLAS also run back to back for ~S seconds, twice in turn,

@@ -13,6 +13,11 @@
 // then on a high-priority one. Without priority the block dispatcher serves kernels in launch
 // order, so the next GEMM's blocks wait behind every queued attention block (session 32's first
 // run: both at once = serial); with it, the GEMM's blocks take SMs as soon as they free up.
+// Last, the SMs split in two by green contexts (sm_partition.h): the attention alone on k SMs,
+// the GEMM alone on the other 132 - k, and both at once, each kept to its own SMs. The attention's
+// rate on k SMs is the quantity the idea stands on: the pair can beat the serial time only if the
+// attention on a fraction of the SMs runs faster than that fraction of its whole-GPU rate.
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -22,6 +27,7 @@
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
 #include "paged_kv_pool.h"
+#include "backend/cuda/sm_partition.h"
 
 namespace kiln::lab {
 
@@ -29,17 +35,71 @@ using namespace kiln::cuda;
 
 namespace {
 
+// Pairs a region runs back to back: ~20 ms, long enough for the clock to settle at the power cap.
+constexpr int kPairs = 32;
+
 // A region's time on stream s, ms: the median of 9 after 2 untimed.
 double region_ms(cudaStream_t s, const std::function<void()>& fn) {
   return time_ms([&](int) { fn(); }, 9, 2, s);
+}
+
+// A region's wall time, ms, the median of 9 after 2: the streams of two green contexts share no
+// events simply, so the host brackets the region, synchronizing every stream before and after (a
+// region is 5-20 ms; the synchronizes cost ~10 us).
+double wall_region_ms(std::initializer_list<cudaStream_t> streams, const std::function<void()>& fn) {
+  std::vector<double> ms;
+  for (int rep = 0; rep < 11; ++rep) {
+    for (cudaStream_t s : streams) stream_synchronize(s);
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    for (cudaStream_t s : streams) stream_synchronize(s);
+    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (rep >= 2) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The pair with the SMs split by green contexts: the attention on k SMs, the GEMM (its persistent
+// grid capped to match) on the rest.
+void partition_table(const std::string& tag, double copy_gbs, cudaStream_t whole,
+                     const std::function<void(cudaStream_t)>& gemm_call,
+                     const std::function<void(cudaStream_t)>& attn_call, double flops, double bytes) {
+  const double serial = wall_region_ms({whole}, [&] {
+    for (int i = 0; i < kPairs; ++i) gemm_call(whole), attn_call(whole);
+  }) / kPairs;
+  const double attn_all = wall_region_ms({whole}, [&] { for (int i = 0; i < kPairs; ++i) attn_call(whole); }) / kPairs;
+  std::printf("SMs split (green contexts; host-timed: one after the other on all SMs %.3f ms, the attention %.3f ms)\n",
+              serial, attn_all);
+  std::printf("%9s %14s %10s %9s %14s %14s %12s\n", "attn SMs", "attn alone", "GB/s", "GEMM SMs", "GEMM alone",
+              "both at once", "/ serial");
+  for (const int k : {16, 24, 32, 48, 64, 80}) {
+    const SmSplit split(k);
+    if (!split.ok()) {
+      std::printf("no SM split: %s\n", split.why().c_str());
+      return;
+    }
+    const cudaStream_t sa = split.first(), sg = split.rest();
+    gemm_persistent_set_sm_limit(split.rest_sms());
+    const double a = wall_region_ms({sa}, [&] { for (int i = 0; i < kPairs; ++i) attn_call(sa); }) / kPairs;
+    const double g = wall_region_ms({sg}, [&] { for (int i = 0; i < kPairs; ++i) gemm_call(sg); }) / kPairs;
+    const double both = wall_region_ms({sa, sg}, [&] {
+      for (int i = 0; i < kPairs; ++i) gemm_call(sg), attn_call(sa);
+    }) / kPairs;
+    std::printf("%9d %11.3f ms %10.0f %9d %11.3f ms %11.3f ms %12.3f\n", split.first_sms(), a, bytes / a / 1e6,
+                split.rest_sms(), g, both, both / serial);
+    const std::string shape = tag + ", attention SMs=" + std::to_string(split.first_sms());
+    record("overlap", shape, "attention alone", a, bytes, 0, copy_gbs, 0);
+    record("overlap", shape, "gemm alone", g, 0, flops, copy_gbs, 0);
+    record("overlap", shape, "both", both, bytes, flops, copy_gbs, 0);
+  }
+  gemm_persistent_set_sm_limit(0);
 }
 
 // One GEMM beside one attention: alone, serial, and at once with the GEMM capped at each S.
 void overlap_table(const char* label, double copy_gbs, int sm_count, Stream& s1, Stream& s2, Stream& s_high,
                    const std::function<void(cudaStream_t)>& gemm_call, const std::function<void(cudaStream_t)>& attn_call,
                    const std::function<std::vector<float>()>& gemm_output, double flops, double bytes) {
-  // Pairs a region runs back to back: ~20 ms, long enough for the clock to settle at the power cap.
-  constexpr int kPairs = 32;
   gemm_persistent_set_sm_limit(0);
   gemm_call(s1.get());
   stream_synchronize(s1.get());
@@ -124,12 +184,31 @@ void bench_overlap(double copy_gbs, int sm_count) {
   };
   const double bytes16 = 2.0 * batch * len * kv_dim * 2, bytes8 = 2.0 * batch * len * (kv_dim + kv_heads * 4);
   const double flops_gu = 2.0 * batch * 2 * inter * hidden, flops_down = 2.0 * batch * hidden * inter;
-  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, s_high, gate_up, attn_bf16,
-                gate_up_out, flops_gu, bytes16);
-  overlap_table("down M=1024 4096x14336 (add) + decode b=1024 L=192 bf16", copy_gbs, sm_count, s1, s2, s_high, down,
-                attn_bf16, no_out, flops_down, bytes16);
-  overlap_table("gate_up M=1024 28672x4096 + decode b=1024 L=192 fp8", copy_gbs, sm_count, s1, s2, s_high, gate_up, attn_fp8,
-                gate_up_out, flops_gu, bytes8);
+  struct Pair {
+    const char* label;
+    std::function<void(cudaStream_t)> gemm, attn;
+    std::function<std::vector<float>()> out;
+    double flops, bytes;
+  };
+  const Pair pairs[] = {
+      {"gate_up M=1024 28672x4096 + decode b=1024 L=192 bf16", gate_up, attn_bf16, gate_up_out, flops_gu, bytes16},
+      {"down M=1024 4096x14336 (add) + decode b=1024 L=192 bf16", down, attn_bf16, no_out, flops_down, bytes16},
+      {"gate_up M=1024 28672x4096 + decode b=1024 L=192 fp8", gate_up, attn_fp8, gate_up_out, flops_gu, bytes8},
+  };
+  for (const Pair& p : pairs)
+    overlap_table(p.label, copy_gbs, sm_count, s1, s2, s_high, p.gemm, p.attn, p.out, p.flops, p.bytes);
+  // The SM splits last, so that a driver or runtime that refuses green-context streams costs only
+  // these tables.
+  for (const Pair& p : pairs) {
+    std::printf("\noverlap, %s\n", p.label);
+    try {
+      partition_table(p.label, copy_gbs, s1.get(), p.gemm, p.attn, p.flops, p.bytes);
+    } catch (const std::exception& e) {
+      gemm_persistent_set_sm_limit(0);
+      std::printf("SM split failed: %s\n", e.what());
+      return;
+    }
+  }
 }
 
 }  // namespace kiln::lab

@@ -48,7 +48,7 @@ fi
 # performance/batching.md session 31; ~30 s); part of every lab setting but 0.
 if [ "${KILN_SUITE_LAB:-1}" != 0 ] && [ -x "$BUILD/bench/kernel_lab" ]; then
   "$BUILD/bench/kernel_lab" --overlap --json "$OUT/lab_overlap.json" >"$OUT/lab_overlap.log" 2>&1 || status=1
-  grep -E "^overlap,|^alone|^ +[0-9]+ " "$OUT/lab_overlap.log" | head -30
+  grep -E "^overlap,|^alone|^SMs split|^no SM split|^ +[0-9]+ " "$OUT/lab_overlap.log" | head -80
 fi
 
 echo "== engine and profile (Llama-3-8B shape, random bf16 weights)"
