@@ -10,24 +10,25 @@
 // 16-token blocks, a bf16 or an fp8 cache), each alone, one after the other, and at once on two
 // streams with the persistent GEMM's grid capped at S SMs (gemm_persistent_set_sm_limit), so the
 // attention's blocks get the other SMs. Each cap runs twice: the GEMM on a normal-priority stream,
-// then on a high-priority one. Without priority the block dispatcher serves kernels in launch
-// order, so the next GEMM's blocks wait behind every queued attention block (session 32's first
-// run: both at once = serial); with it, the GEMM's blocks take SMs as soon as they free up.
-// Last, the SMs split in two by green contexts (sm_partition.h): the attention alone on k SMs,
-// the GEMM alone on the other 132 - k, and both at once, each kept to its own SMs. The attention's
-// rate on k SMs is the quantity the idea stands on: the pair can beat the serial time only if the
-// attention on a fraction of the SMs runs faster than that fraction of its whole-GPU rate.
+// then on a high-priority one, whose blocks the dispatcher serves ahead of queued attention blocks.
+// Session 32 (H100, H200): at once = 0.97-1.02x serial on the whole grid at either priority, and
+// worse at every cap (to 1.35x: the GEMM is linear in its SMs). Last, the SMs split in two by green
+// contexts (backend/cuda/sm_partition.h): the attention alone on k SMs, the GEMM alone on the other
+// 132 - k, and both at once, each kept to its own SMs. The attention's rate on k SMs is the
+// quantity the idea stands on: the pair can beat the serial time only if the attention on a
+// fraction of the SMs runs faster than that fraction of its whole-GPU rate.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/sm_partition.h"
 #include "kernel_lab.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
 #include "paged_kv_pool.h"
-#include "backend/cuda/sm_partition.h"
 
 namespace kiln::lab {
 
