@@ -102,9 +102,8 @@ void stream_wait(cudaStream_t waiter, cudaStream_t on) {
   KILN_CUDA_CHECK(cudaEventDestroy(e));  // released once the wait has happened
 }
 
-Stream::Stream() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
 Stream::Stream(Priority priority) {
-  int least = 0, greatest = 0;  // CUDA's priorities: lower numbers are higher
+  int least = 0, greatest = 0;  // CUDA's priorities: lower numbers are higher; least is the default
   KILN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   KILN_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority == Priority::high ? greatest : least));
 }

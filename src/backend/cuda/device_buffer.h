@@ -103,9 +103,8 @@ void stream_wait(cudaStream_t waiter, cudaStream_t on);
 // those of kernels already queued on normal streams whenever an SM frees up.
 class Stream {
  public:
-  Stream();
   enum class Priority { normal, high };
-  explicit Stream(Priority priority);
+  explicit Stream(Priority priority = Priority::normal);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;

@@ -55,7 +55,7 @@ SmSplit::SmSplit(int first_sms) {
     why_ = std::string(step) + " failed (CUresult " + std::to_string(int(r)) + ")";
     return false;
   };
-  auto make = [&](CUdevResource& res, void*& ctx, cudaStream_t& stream, const char* what) {
+  auto make = [&](CUdevResource& res, CUgreenCtx& ctx, cudaStream_t& stream, const char* what) {
     CUdevResourceDesc desc{};
     CUgreenCtx g = nullptr;
     CUstream s = nullptr;
@@ -70,8 +70,12 @@ SmSplit::SmSplit(int first_sms) {
     fail("cuDeviceGetDevResource", r);
     return;
   }
-  if (CUresult r = d.split(&first, &groups, &all, &rest, 0, unsigned(first_sms)); r != CUDA_SUCCESS || groups != 1) {
+  if (CUresult r = d.split(&first, &groups, &all, &rest, 0, unsigned(first_sms)); r != CUDA_SUCCESS) {
     fail("cuDevSmResourceSplitByCount", r);
+    return;
+  }
+  if (groups != 1) {
+    why_ = "the GPU has too few SMs for a partition of " + std::to_string(first_sms);
     return;
   }
   first_sms_ = int(first.sm.smCount);
@@ -85,8 +89,8 @@ SmSplit::~SmSplit() {
   if (!d.ok) return;
   if (first_stream_) d.stream_destroy(first_stream_);
   if (rest_stream_) d.stream_destroy(rest_stream_);
-  if (first_ctx_) d.destroy(static_cast<CUgreenCtx>(first_ctx_));
-  if (rest_ctx_) d.destroy(static_cast<CUgreenCtx>(rest_ctx_));
+  if (first_ctx_) d.destroy(first_ctx_);
+  if (rest_ctx_) d.destroy(rest_ctx_);
 }
 
 }  // namespace kiln::cuda

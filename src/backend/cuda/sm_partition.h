@@ -4,12 +4,14 @@
 // whatever its grid, so two kernels at once share the GPU by SMs rather than by the block
 // dispatcher's launch order.
 // The green contexts share the primary context's memory: buffers from cudaMalloc work on both.
+// It lives in kiln_cuda, not in the lab, because only kiln_cuda links the CUDA runtime.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <memory>
 #include <string>
+
+struct CUgreenCtx_st;  // cuda.h's green-context handle, kept out of this header
 
 namespace kiln::cuda {
 
@@ -35,8 +37,8 @@ class SmSplit {
   bool ok_ = false;
   std::string why_;
   int first_sms_ = 0, rest_sms_ = 0;
-  void* first_ctx_ = nullptr;
-  void* rest_ctx_ = nullptr;
+  CUgreenCtx_st* first_ctx_ = nullptr;
+  CUgreenCtx_st* rest_ctx_ = nullptr;
   cudaStream_t first_stream_ = nullptr, rest_stream_ = nullptr;
 };
 
