@@ -2,11 +2,13 @@
 
 #include <cuda.h>
 
+#include <string>
 #include <type_traits>
 
 namespace kiln::cuda {
 
-// The driver entry points green contexts need (all CUDA 12.4).
+// The driver entry points green contexts need: CUDA 12.4's, and 12.5's stream constructor. Each is
+// asked for at the version that introduced it (a lookup at an older version fails for it).
 struct SmSplit::Driver {
   decltype(&cuDeviceGetDevResource) get_resource = nullptr;
   decltype(&cuDevSmResourceSplitByCount) split = nullptr;
@@ -16,22 +18,25 @@ struct SmSplit::Driver {
   decltype(&cuGreenCtxDestroy) destroy = nullptr;
   decltype(&cuStreamDestroy) stream_destroy = nullptr;
   bool ok = false;
+  const char* missing = nullptr;  // the first entry point the driver did not give
 
   static const Driver& get() {
     static const Driver d = [] {
       Driver r;
-      auto load = [](const char* name, auto& fn) {
+      auto load = [&r](const char* name, auto& fn, unsigned version = 12040) {
         void* p = nullptr;
         cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion(name, &p, 12040, cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
+        if (cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+          r.missing = name;
           return false;
+        }
         fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
         return true;
       };
       r.ok = load("cuDeviceGetDevResource", r.get_resource) && load("cuDevSmResourceSplitByCount", r.split) &&
              load("cuDevResourceGenerateDesc", r.describe) && load("cuGreenCtxCreate", r.create) &&
-             load("cuGreenCtxStreamCreate", r.stream_create) && load("cuGreenCtxDestroy", r.destroy) &&
+             load("cuGreenCtxStreamCreate", r.stream_create, 12050) && load("cuGreenCtxDestroy", r.destroy) &&
              load("cuStreamDestroy", r.stream_destroy);
       return r;
     }();
@@ -42,7 +47,7 @@ struct SmSplit::Driver {
 SmSplit::SmSplit(int first_sms) {
   const Driver& d = Driver::get();
   if (!d.ok) {
-    why_ = "the driver has no green contexts (CUDA 12.4+)";
+    why_ = std::string("the driver has no ") + d.missing + " (green contexts need CUDA 12.4, their streams 12.5)";
     return;
   }
   cudaFree(nullptr);  // the primary context first: each green context retains it
