@@ -1,6 +1,7 @@
 #include "runtime/block_manager.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/check.h"
 
@@ -24,6 +25,10 @@ const std::vector<int32_t>& BlockManager::table_of(SeqId seq) const {
   auto it = tables_.find(seq);
   KILN_CHECK(it != tables_.end(), internal, "KV blocks: unknown sequence {} (never allocated, or already freed)", seq);
   return it->second;
+}
+
+std::vector<int32_t>& BlockManager::table_of(SeqId seq) {
+  return const_cast<std::vector<int32_t>&>(std::as_const(*this).table_of(seq));
 }
 
 int64_t BlockManager::blocks_needed(SeqId seq, int64_t total_tokens) const {
@@ -52,17 +57,20 @@ void BlockManager::take_free_blocks(std::vector<int32_t>& table, int64_t n) {
   }
 }
 
-void BlockManager::allocate(SeqId seq, int64_t n_tokens) {
+std::span<const int32_t> BlockManager::allocate(SeqId seq, int64_t n_tokens) {
   KILN_CHECK(!contains(seq), internal, "KV blocks: sequence {} is already allocated", seq);
   int64_t n = blocks_for_tokens(n_tokens);
   KILN_CHECK(n <= num_free_blocks(), internal, "KV blocks: sequence {} needs {} blocks but only {} of {} are free", seq,
              n, num_free_blocks(), num_blocks_);
-  take_free_blocks(tables_[seq], n);
+  std::vector<int32_t>& table = tables_[seq];
+  take_free_blocks(table, n);
+  return table;
 }
 
-void BlockManager::ensure_capacity(SeqId seq, int64_t total_tokens) {
-  int64_t n = blocks_needed(seq, total_tokens);  // checks that seq exists
-  take_free_blocks(tables_[seq], n);
+std::span<const int32_t> BlockManager::ensure_capacity(SeqId seq, int64_t total_tokens) {
+  std::vector<int32_t>& table = table_of(seq);  // one lookup: this runs for every decode of every step
+  take_free_blocks(table, std::max<int64_t>(0, blocks_for_tokens(total_tokens) - int64_t(table.size())));
+  return table;
 }
 
 void BlockManager::fork(SeqId parent, SeqId child) {

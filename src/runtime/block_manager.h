@@ -42,11 +42,12 @@ class BlockManager {
   // Tokens `seq`'s current blocks hold.
   int64_t capacity_tokens(SeqId seq) const;
 
+  // Both return `seq`'s block table (as block_table() does), saving the caller another lookup.
   // Creates `seq` with blocks for n_tokens tokens (0 is allowed: an empty table).
-  void allocate(SeqId seq, int64_t n_tokens);
+  std::span<const int32_t> allocate(SeqId seq, int64_t n_tokens);
   // Appends blocks to `seq`'s table until it holds total_tokens; never shrinks. All or nothing:
   // throws internal, changing nothing, when the free blocks do not suffice (ask blocks_needed).
-  void ensure_capacity(SeqId seq, int64_t total_tokens);
+  std::span<const int32_t> ensure_capacity(SeqId seq, int64_t total_tokens);
   // `child` (new) shares every block of `parent` (each ref count + 1): prefix sharing / parallel
   // sampling. Writing into a shared, partly filled last block needs copy-on-write, which is the
   // caller's job (see ref_count); ensure_capacity only ever appends fresh blocks.
@@ -57,7 +58,7 @@ class BlockManager {
   bool contains(SeqId seq) const { return tables_.contains(seq); }
   size_t num_sequences() const { return tables_.size(); }
   // Block ids of `seq`, position p lives in block_table[p / block_size] at slot p % block_size.
-  // Valid until the next call that changes `seq`.
+  // Valid until the next call that changes `seq` (calls on other sequences leave it valid).
   std::span<const int32_t> block_table(SeqId seq) const;
   int32_t ref_count(int32_t block) const;
 
@@ -66,6 +67,7 @@ class BlockManager {
 
  private:
   const std::vector<int32_t>& table_of(SeqId seq) const;
+  std::vector<int32_t>& table_of(SeqId seq);
   void take_free_blocks(std::vector<int32_t>& table, int64_t n);
   void release(int32_t block);
 

@@ -90,6 +90,15 @@ struct Engine::Impl {
   std::unordered_map<int64_t, std::unique_ptr<Live>> live;
   std::vector<float> logits;  // reused every step: a batch of 256 rows of 128k floats is 128 MB
   std::vector<int32_t> argmax;
+  // step()'s per-chunk buffers, also reused: at thousands of sequences, allocating them every step
+  // shows in the host time. step_lives[k] is chunk k's request (one lookup in `live` per chunk).
+  std::vector<Live*> step_lives;
+  std::vector<BatchEntry> step_entries;
+  std::vector<SampledToken> step_sampled;
+  // Events go out after the scheduler and the stats have taken the step in, so a client that
+  // sees its request finish also sees its KV blocks freed in stats() (and in /metrics).
+  std::vector<std::pair<Live*, GenerationEvent>> step_events;
+  std::vector<profile::SeqShape> step_shapes;
   // The step trace (EngineOptions::step_trace_path), CSV, one line per step.
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace{nullptr, &std::fclose};
   Clock::time_point last_step_end = Clock::now();
@@ -160,18 +169,21 @@ struct Engine::Impl {
   void step() {
     const auto t_begin = Clock::now();
     const StepPlan plan = scheduler->schedule();
-    std::vector<SampledToken> sampled;
-    // Events go out after the scheduler and the stats have taken the step in, so a client that
-    // sees its request finish also sees its KV blocks freed in stats() (and in /metrics).
-    std::vector<std::pair<Live*, GenerationEvent>> events;
+    std::vector<SampledToken>& sampled = step_sampled;
+    auto& events = step_events;
+    sampled.clear();
+    events.clear();
     const auto t0 = Clock::now();
     auto t_fwd0 = t0, t_fwd1 = t0;
     if (!plan.empty()) {
-      std::vector<BatchEntry> entries;
-      entries.reserve(plan.chunks.size());
+      std::vector<BatchEntry>& entries = step_entries;
+      entries.clear();
+      step_lives.clear();
       const bool device_sampling = backend.samples_on_device();
       for (const ScheduledChunk& c : plan.chunks) {
-        const Live& r = *live.at(c.id);
+        Live* live_request = live.at(c.id).get();
+        step_lives.push_back(live_request);
+        const Live& r = *live_request;
         BatchEntry e{c.tokens, c.first_position, c.block_table, c.needs_logits, c.needs_logits && r.argmax_only};
         // Sampled on the device unless the request wants logprobs (those need the row here).
         if (device_sampling && c.needs_logits && !r.argmax_only && r.request.logprobs < 0) {
@@ -190,7 +202,7 @@ struct Engine::Impl {
         const ScheduledChunk& c = plan.chunks[k];
         if (!c.needs_logits) continue;
         const size_t this_row = row++;
-        Live& r = *live.at(c.id);
+        Live& r = *step_lives[k];
         // A row whose token was chosen on the device (greedy, or device sampling) may not have its
         // logits on the host at all (Backend::forward_batch).
         const bool drawn = r.argmax_only || entries[k].sampling != nullptr;
@@ -219,7 +231,8 @@ struct Engine::Impl {
     const double seconds = std::chrono::duration<double>(t_sampled - t0).count();
     double bytes = 0;
     if (!plan.empty()) {
-      std::vector<profile::SeqShape> shapes;
+      std::vector<profile::SeqShape>& shapes = step_shapes;
+      shapes.clear();
       for (const ScheduledChunk& c : plan.chunks) shapes.push_back({int64_t(c.tokens.size()), c.first_position});
       // The CPU reference keeps everything in fp32; GPU backends use the default widths.
       const profile::Widths widths = backend.kv_bytes_per_element() == 4 ? profile::Widths{4, 4, 4, 4} : profile::Widths{};

@@ -98,12 +98,13 @@ bool Scheduler::cancel(RequestId id) {
   return true;
 }
 
+// Frees its blocks and reports it; on_step_done then drops every finished request from running_
+// and requests_ in one pass (a find + erase each is quadratic when a whole batch ends together).
 void Scheduler::finish(RequestState& request, FinishReason reason, std::vector<FinishedRequest>& finished) {
-  running_.erase(std::find(running_.begin(), running_.end(), &request));
   blocks_.free(request.id);
   finished.push_back({request.id, reason,
                       std::vector<int32_t>(request.tokens.begin() + request.prompt_len, request.tokens.end())});
-  requests_.erase(request.id);
+  request.status = RequestStatus::finished;
 }
 
 // ---- planning a step --------------------------------------------------------------------------
@@ -112,6 +113,9 @@ struct Scheduler::StepDraft {
   struct Pick {
     RequestState* request;
     int64_t n_tokens;
+    // Its block table, final for the step: nothing grows a request's table after it is picked,
+    // and changes to other tables (preemption, admission) leave this view valid.
+    std::span<const int32_t> table;
   };
   std::vector<Pick> picks;  // in plan order
   int64_t budget = 0;       // tokens left this step
@@ -121,6 +125,7 @@ struct Scheduler::StepDraft {
 StepPlan Scheduler::schedule() {
   KILN_CHECK(!step_open_, internal, "schedule() called again before on_step_done() closed the previous step");
   StepDraft draft;
+  draft.picks.reserve(std::min(running_.size() + waiting_.size(), size_t(config_.max_num_seqs)));
   draft.budget = config_.max_batched_tokens;
   schedule_decodes(draft);
   schedule_running_prefill(draft);
@@ -169,12 +174,16 @@ void Scheduler::schedule_decodes(StepDraft& draft) {
     RequestState& request = *running_[i];
     if (!request.is_decoding()) continue;
     const int64_t total = request.num_computed + 1;
-    if (!make_room(request, total, draft)) {
-      preempt_newest(draft);  // it is the newest itself: give its blocks to the older ones (vLLM)
-      break;
+    // One table lookup per decode: only one step in block_size needs a new block.
+    std::span<const int32_t> table = blocks_.block_table(request.id);
+    if (int64_t(table.size()) * blocks_.block_size() < total) {
+      if (!make_room(request, total, draft)) {
+        preempt_newest(draft);  // it is the newest itself: give its blocks to the older ones (vLLM)
+        break;
+      }
+      table = blocks_.ensure_capacity(request.id, total);
     }
-    blocks_.ensure_capacity(request.id, total);
-    draft.picks.push_back({&request, 1});
+    draft.picks.push_back({&request, 1, table});
     --draft.budget;
   }
 }
@@ -190,8 +199,7 @@ void Scheduler::schedule_running_prefill(StepDraft& draft) {
   if (request.is_decoding()) return;  // planned above
   const int64_t n = tokens_that_fit(request, std::min(request.num_uncomputed(), draft.budget));
   if (n == 0) return;
-  blocks_.ensure_capacity(request.id, request.num_computed + n);
-  draft.picks.push_back({&request, n});
+  draft.picks.push_back({&request, n, blocks_.ensure_capacity(request.id, request.num_computed + n)});
   draft.budget -= n;
 }
 
@@ -202,31 +210,39 @@ void Scheduler::admit_waiting(StepDraft& draft) {
     const int64_t chunk = std::min(request.num_tokens(), draft.budget);
     if (!blocks_.can_allocate(chunk)) break;  // FCFS: nobody overtakes the head of the queue
     waiting_.pop_front();
-    blocks_.allocate(request.id, chunk);
+    std::span<const int32_t> table = blocks_.allocate(request.id, chunk);
     request.status = RequestStatus::running;
     running_.push_back(&request);
-    draft.picks.push_back({&request, chunk});
+    draft.picks.push_back({&request, chunk, table});
     draft.budget -= chunk;
   }
 }
 
 StepPlan Scheduler::build_plan(const StepDraft& draft) {
   StepPlan plan;
+  size_t arena_size = 0;
+  for (const auto& pick : draft.picks) arena_size += size_t(pick.n_tokens) + pick.table.size();
+  plan.arena.resize(arena_size);  // sized once, so the views taken below never move
+  int32_t* out = plan.arena.data();
+  auto append = [&out](std::span<const int32_t> from) {
+    std::span<const int32_t> view(out, from.size());
+    out = std::copy(from.begin(), from.end(), out);
+    return view;
+  };
   plan.chunks.reserve(draft.picks.size());
   in_flight_.clear();
-  for (const auto& [request, n] : draft.picks) {
+  in_flight_.reserve(draft.picks.size());
+  for (const auto& [request, n, table] : draft.picks) {
     ScheduledChunk chunk;
     chunk.id = request->id;
     chunk.first_position = request->num_computed;
-    auto first = request->tokens.begin() + request->num_computed;
-    chunk.tokens.assign(first, first + n);
+    chunk.tokens = append(std::span(request->tokens).subspan(size_t(request->num_computed), size_t(n)));
     chunk.is_decode = request->is_decoding();
     chunk.needs_logits = request->num_computed + n == request->num_tokens();
-    auto table = blocks_.block_table(request->id);
-    chunk.block_table.assign(table.begin(), table.end());
+    chunk.block_table = append(table);
     (chunk.is_decode ? plan.stats.decode_tokens : plan.stats.prefill_tokens) += n;
-    in_flight_.push_back({chunk.id, n, chunk.needs_logits});
-    plan.chunks.push_back(std::move(chunk));
+    in_flight_.push_back({chunk.id, request, n, chunk.needs_logits});
+    plan.chunks.push_back(chunk);
   }
   StepStats& stats = plan.stats;
   stats.num_seqs = int32_t(plan.chunks.size());
@@ -244,26 +260,11 @@ StepPlan Scheduler::build_plan(const StepDraft& draft) {
 std::vector<FinishedRequest> Scheduler::on_step_done(std::span<const SampledToken> sampled) {
   KILN_CHECK(step_open_, internal, "on_step_done() called without a step from schedule()");
   // Check everything before changing anything, so a bad answer leaves the step open and intact.
-  std::unordered_map<RequestId, const InFlight*> planned;
-  for (const auto& f : in_flight_) planned.emplace(f.id, &f);
-  std::unordered_map<RequestId, const SampledToken*> token_of;
-  for (const auto& s : sampled) {
-    auto f = planned.find(s.id);
-    KILN_CHECK(f != planned.end(), invalid_argument, "step results: request {} was not in the step", s.id);
-    KILN_CHECK(f->second->needs_logits, invalid_argument,
-               "step results: request {} got a token, but its chunk ended before its last known token", s.id);
-    KILN_CHECK(token_of.emplace(s.id, &s).second, invalid_argument, "step results: two tokens for request {}", s.id);
-    KILN_CHECK(s.token >= 0, invalid_argument, "step results: request {} sampled negative token id {}", s.id, s.token);
-  }
-  for (const auto& f : in_flight_) {
-    bool cancelled = requests_.at(f.id).status == RequestStatus::finished;
-    KILN_CHECK(!f.needs_logits || cancelled || token_of.contains(f.id), invalid_argument,
-               "step results: no token for request {}, whose chunk needed logits", f.id);
-  }
+  if (!match_in_plan_order(sampled)) match_any_order(sampled);
 
   std::vector<FinishedRequest> finished;
   for (const auto& f : in_flight_) {
-    RequestState& request = requests_.at(f.id);
+    RequestState& request = *f.request;
     if (request.status == RequestStatus::finished) {  // cancelled while the forward ran
       blocks_.free(f.id);
       requests_.erase(f.id);
@@ -271,16 +272,60 @@ std::vector<FinishedRequest> Scheduler::on_step_done(std::span<const SampledToke
     }
     request.num_computed += f.n_tokens;
     if (!f.needs_logits) continue;
-    const SampledToken& s = *token_of.at(f.id);
+    const SampledToken& s = *f.sampled;
     request.tokens.push_back(s.token);
     if (s.stop)
       finish(request, FinishReason::stop, finished);
     else if (request.num_generated() >= request.max_new_tokens)
       finish(request, FinishReason::length, finished);
   }
+  if (!finished.empty()) {
+    std::erase_if(running_, [](const RequestState* r) { return r->status == RequestStatus::finished; });
+    for (const FinishedRequest& f : finished) requests_.erase(f.id);
+  }
   in_flight_.clear();
   step_open_ = false;
   return finished;
+}
+
+// Accepts only what match_any_order would accept, paired the same way (ids are unique in a plan);
+// anything else, wrong or merely out of order, is left to match_any_order.
+bool Scheduler::match_in_plan_order(std::span<const SampledToken> sampled) {
+  size_t next = 0;
+  for (InFlight& f : in_flight_) {
+    f.sampled = nullptr;
+    if (!f.needs_logits) continue;
+    if (next < sampled.size() && sampled[next].id == f.id) {
+      if (sampled[next].token < 0) return false;
+      f.sampled = &sampled[next++];
+    } else if (f.request->status != RequestStatus::finished) {  // only a cancelled chunk may lack one
+      return false;
+    }
+  }
+  return next == sampled.size();
+}
+
+void Scheduler::match_any_order(std::span<const SampledToken> sampled) {
+  std::unordered_map<RequestId, InFlight*> planned;
+  for (InFlight& f : in_flight_) {
+    f.sampled = nullptr;
+    planned.emplace(f.id, &f);
+  }
+  for (const auto& s : sampled) {
+    auto it = planned.find(s.id);
+    KILN_CHECK(it != planned.end(), invalid_argument, "step results: request {} was not in the step", s.id);
+    InFlight& f = *it->second;
+    KILN_CHECK(f.needs_logits, invalid_argument,
+               "step results: request {} got a token, but its chunk ended before its last known token", s.id);
+    KILN_CHECK(f.sampled == nullptr, invalid_argument, "step results: two tokens for request {}", s.id);
+    KILN_CHECK(s.token >= 0, invalid_argument, "step results: request {} sampled negative token id {}", s.id, s.token);
+    f.sampled = &s;
+  }
+  for (const InFlight& f : in_flight_) {
+    bool cancelled = f.request->status == RequestStatus::finished;
+    KILN_CHECK(!f.needs_logits || cancelled || f.sampled, invalid_argument,
+               "step results: no token for request {}, whose chunk needed logits", f.id);
+  }
 }
 
 // ---- observers --------------------------------------------------------------------------------

@@ -114,6 +114,11 @@ class Scheduler {
   bool make_room(RequestState& request, int64_t total_tokens, StepDraft& draft);
   int64_t tokens_that_fit(const RequestState& request, int64_t wanted) const;
   StepPlan build_plan(const StepDraft& draft);
+  // Pair every in-flight chunk with its token (InFlight::sampled). The first is the engine's case
+  // (tokens in plan order, one pass, no maps) and only says whether it applies; the second takes
+  // any order and throws invalid_argument on a bad answer. Neither changes any request.
+  bool match_in_plan_order(std::span<const SampledToken> sampled);
+  void match_any_order(std::span<const SampledToken> sampled);
   void finish(RequestState& request, FinishReason reason, std::vector<FinishedRequest>& finished);
 
   SchedulerConfig config_;
@@ -124,11 +129,14 @@ class Scheduler {
   uint64_t next_arrival_ = 0;
   int64_t preemptions_total_ = 0;
 
-  // The open step: what each chunk computes, so on_step_done can commit it.
+  // The open step: what each chunk computes, so on_step_done can commit it. `request` stays valid
+  // until then: a request cancelled meanwhile is kept (status finished) until on_step_done.
   struct InFlight {
     RequestId id;
+    RequestState* request;
     int64_t n_tokens;
     bool needs_logits;
+    const SampledToken* sampled = nullptr;  // its token, once on_step_done has matched it
   };
   bool step_open_ = false;
   std::vector<InFlight> in_flight_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/request_state.h"
@@ -12,14 +13,14 @@ namespace kiln {
 // One sequence's share of a step. Positions first_position ... first_position + tokens.size() - 1
 // are computed; their K/V go to the slots given by block_table (position p lives in block
 // block_table[p / block_size], slot p % block_size), which covers every position up to the last
-// one of this chunk.
+// one of this chunk. tokens and block_table view the StepPlan's arena: valid while the plan lives.
 struct ScheduledChunk {
   RequestId id = 0;
-  int64_t first_position = 0;   // = tokens already in the KV cache
-  std::vector<int32_t> tokens;  // a prompt (or recompute) chunk, or the one last sampled token
-  bool is_decode = false;       // one token, everything before it cached
-  bool needs_logits = false;    // the chunk reaches the last known token, so a sample follows
-  std::vector<int32_t> block_table;
+  int64_t first_position = 0;        // = tokens already in the KV cache
+  std::span<const int32_t> tokens;   // a prompt (or recompute) chunk, or the one last sampled token
+  bool is_decode = false;            // one token, everything before it cached
+  bool needs_logits = false;         // the chunk reaches the last known token, so a sample follows
+  std::span<const int32_t> block_table;
 };
 
 struct StepStats {
@@ -37,6 +38,16 @@ struct StepStats {
 struct StepPlan {
   std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks (oldest first in each)
   StepStats stats;
+  // Every chunk's tokens and block table, back to back: one allocation a step, not two a chunk
+  // (thousands at a full decode batch). Moving the plan keeps the chunks' views valid; copying
+  // would not, so it is move-only.
+  std::vector<int32_t> arena;
+
+  StepPlan() = default;
+  StepPlan(StepPlan&&) = default;
+  StepPlan& operator=(StepPlan&&) = default;
+  StepPlan(const StepPlan&) = delete;
+  StepPlan& operator=(const StepPlan&) = delete;
 
   bool empty() const { return chunks.empty(); }
   int64_t num_tokens() const { return stats.prefill_tokens + stats.decode_tokens; }

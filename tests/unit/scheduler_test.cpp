@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "expect_error.h"
 
 namespace kiln {
@@ -44,6 +46,9 @@ std::vector<FinishedRequest> step(Scheduler& s, int32_t token = 7) {
   return finished;
 }
 
+// A chunk's tokens view its plan's arena; a copy compares with EXPECT_EQ.
+std::vector<int32_t> tokens_of(const ScheduledChunk& chunk) { return {chunk.tokens.begin(), chunk.tokens.end()}; }
+
 const ScheduledChunk* chunk_of(const StepPlan& plan, RequestId id) {
   for (const auto& chunk : plan.chunks)
     if (chunk.id == id) return &chunk;
@@ -69,7 +74,7 @@ TEST(Scheduler, OneRequestPrefillsThenDecodesThenFinishesByLength) {
   ASSERT_EQ(plan.chunks.size(), 1u);
   const ScheduledChunk& prefill = plan.chunks[0];
   EXPECT_EQ(prefill.first_position, 0);
-  EXPECT_EQ(prefill.tokens, request(1, 6, 3).prompt);
+  EXPECT_EQ(tokens_of(prefill), request(1, 6, 3).prompt);
   EXPECT_TRUE(prefill.needs_logits);
   EXPECT_FALSE(prefill.is_decode);
   EXPECT_EQ(prefill.block_table.size(), 2u);  // 6 tokens in blocks of 4
@@ -84,7 +89,7 @@ TEST(Scheduler, OneRequestPrefillsThenDecodesThenFinishesByLength) {
   plan = s.schedule();
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(plan.chunks[0].first_position, 6);
-  EXPECT_EQ(plan.chunks[0].tokens, std::vector<int32_t>{42});
+  EXPECT_EQ(tokens_of(plan.chunks[0]), std::vector<int32_t>{42});
   EXPECT_TRUE(plan.chunks[0].is_decode);
   EXPECT_TRUE(plan.chunks[0].needs_logits);
   EXPECT_EQ(plan.stats.decode_tokens, 1);
@@ -202,7 +207,7 @@ TEST(Scheduler, PreemptsTheNewestAndRecomputesItLater) {
     plan = s.schedule();
     if (const ScheduledChunk* recompute = chunk_of(plan, 2)) {
       EXPECT_EQ(recompute->first_position, 0);
-      EXPECT_EQ(recompute->tokens, expected);
+      EXPECT_EQ(tokens_of(*recompute), expected);
       EXPECT_TRUE(recompute->needs_logits);
     }
     s.on_step_done(sample_all(plan, token++));
@@ -218,7 +223,7 @@ TEST(Scheduler, ResumedRequestComputesItsGeneratedTokensFirst) {
   spec.generated = {5, 6};
   s.submit(spec);
   StepPlan plan = s.schedule();
-  EXPECT_EQ(plan.chunks[0].tokens, (std::vector<int32_t>{100, 101, 102, 5, 6}));
+  EXPECT_EQ(tokens_of(plan.chunks[0]), (std::vector<int32_t>{100, 101, 102, 5, 6}));
   auto finished = s.on_step_done(sample_all(plan, 9));
   ASSERT_EQ(finished.size(), 1u);
   EXPECT_EQ(finished[0].output, (std::vector<int32_t>{5, 6, 9}));
@@ -356,6 +361,70 @@ TEST(Scheduler, BadStepResultsChangeNothing) {
   EXPECT_EQ(s.find(1)->num_computed, 0);
   s.on_step_done(sample_all(plan));
   EXPECT_EQ(s.find(1)->num_computed, 4);
+  s.check_invariants();
+}
+
+// The engine answers in plan order, which on_step_done pairs in one pass; any other order takes
+// the general check. Both must give the same result, and answers that look in order but are wrong
+// must still be rejected, changing nothing.
+TEST(Scheduler, StepResultsMatchByIdInAnyOrder) {
+  auto run = [](bool reversed) {
+    Scheduler s(config_of(32, 4, 4, 16));
+    for (RequestId id = 1; id <= 3; ++id) s.submit(request(id, 3, 2));
+    std::vector<FinishedRequest> finished;
+    for (int32_t i = 0; i < 2; ++i) {
+      StepPlan plan = s.schedule();
+      std::vector<SampledToken> sampled;
+      for (const auto& chunk : plan.chunks) sampled.push_back({chunk.id, int32_t(chunk.id) * 10 + i, false});
+      if (reversed) std::reverse(sampled.begin(), sampled.end());
+      for (auto& f : s.on_step_done(sampled)) finished.push_back(std::move(f));
+      s.check_invariants();
+    }
+    EXPECT_EQ(s.num_running(), 0u);
+    return finished;
+  };
+  for (bool reversed : {false, true}) {
+    auto finished = run(reversed);  // all three end in the same step
+    ASSERT_EQ(finished.size(), 3u);
+    for (int32_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(finished[size_t(i)].id, i + 1);
+      EXPECT_EQ(finished[size_t(i)].output, (std::vector<int32_t>{(i + 1) * 10, (i + 1) * 10 + 1}));
+    }
+  }
+}
+
+TEST(Scheduler, InOrderLookalikeStepResultsAreRejected) {
+  Scheduler s(config_of(16, 4, 4, 16));
+  s.submit(request(1, 4, 4));
+  s.submit(request(2, 20, 4));  // a chunk of 12, no logits
+  StepPlan plan = s.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  ASSERT_FALSE(plan.chunks[1].needs_logits);
+  expect_error([&] { s.on_step_done(std::vector<SampledToken>{{1, 5, false}, {2, 6, false}}); },
+               "ended before its last known token", Errc::invalid_argument);
+  expect_error([&] { s.on_step_done(std::vector<SampledToken>{{1, 5, false}, {1, 6, false}}); },
+               "two tokens for request 1", Errc::invalid_argument);
+  expect_error([&] { s.on_step_done(std::vector<SampledToken>{{1, 5, false}, {3, 6, false}}); },
+               "request 3 was not in the step", Errc::invalid_argument);
+  expect_error([&] { s.on_step_done(std::vector<SampledToken>{}); }, "no token for request 1", Errc::invalid_argument);
+  EXPECT_TRUE(s.step_in_flight());
+  EXPECT_EQ(s.find(1)->num_computed, 0);
+  EXPECT_EQ(s.find(2)->num_computed, 0);
+  s.on_step_done(std::vector<SampledToken>{{1, 5, false}});
+  EXPECT_EQ(s.find(1)->num_computed, 4);
+  EXPECT_EQ(s.find(2)->num_computed, 12);
+  s.check_invariants();
+
+  // A decode, the rest of 2's prompt and a new request; 2 is cancelled in flight and answered
+  // for by nobody, the others out of order.
+  s.submit(request(3, 4, 4));
+  plan = s.schedule();
+  ASSERT_EQ(plan.chunks.size(), 3u);
+  EXPECT_TRUE(s.cancel(2));
+  s.on_step_done(std::vector<SampledToken>{{3, 8, false}, {1, 9, false}});
+  EXPECT_EQ(s.find(1)->tokens.back(), 9);
+  EXPECT_EQ(s.find(3)->tokens.back(), 8);
+  EXPECT_EQ(s.status(2), std::nullopt);
   s.check_invariants();
 }
 
