@@ -66,7 +66,15 @@ void run(ThroughputOptions o) {
     prompt_tokens += int64_t(r.prompt.size());
   }
 
-  Engine engine(backend, o.engine);
+  // Every request queued before the first step, as `vllm bench throughput` adds all its prompts
+  // before the engine steps: the batching window holds the idle engine until all N have arrived
+  // (they come within milliseconds; the cap only guards a stalled submitter). Without it the loop
+  // wakes at the first submit and runs a first step of the few prompts queued by then.
+  EngineOptions engine_options = o.engine;
+  engine_options.batch_wait = std::chrono::milliseconds(1000);
+  engine_options.target_batch_size = o.num_prompts;
+  engine_options.max_waiting = std::max(engine_options.max_waiting, size_t(o.num_prompts) + 1);
+  Engine engine(backend, engine_options);
   const EngineStats before = engine.stats();
   fmt::print("model: {} | backend: {} | KV pool {} blocks x {} tokens | max_num_seqs {} | max_batched_tokens {}\n",
              target.label, backend.name(), before.kv_blocks_total, before.block_size, o.engine.max_num_seqs,
