@@ -25,8 +25,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/attention_decode_occupancy.h"
 #include "kernels/cuda/attention_decode_slices.h"
 #include "kernels/cuda/attention_decode_walk.cuh"
@@ -52,11 +54,15 @@ size_t q8_slices_smem_bytes(int group) {
   return size_t(kWarps) * q8_warp_bytes<D, kSlots>(group);
 }
 
-template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks>
+// kRuns (paged, blocks of >= 16 positions, d == D): a slice lies inside one block, so its K bytes,
+// V bytes and scales are three runs found from one block id (kv_layout.h's head-major form): one
+// id load a slice instead of kPer + 1 a lane, and 32-bit offsets from one base instead of a 64-bit
+// vector number per chunk. The same bytes land in the same shared memory: the same results.
+template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks, bool kRuns>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     decode_q8_slices_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
                             bf16* __restrict__ out, int n_heads, int n_kv_heads, int group, int d, int batch,
-                            float scale_log2) {
+                            float scale_log2, int vote_group) {
   using namespace attn;
   using namespace attn_q8s;
   constexpr int kCh = D / 16, kPer = kSlice * kCh / 32;  // 16-byte chunks of a row; a lane's per slice of K (of V)
@@ -78,7 +84,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   // fetched one request ahead so the lookups overlap the compute.
   [[maybe_unused]] int32_t blk[kPer + 1] = {};
   auto fetch_ids = [&] {
-    if constexpr (kPaged) {
+    if constexpr (kRuns) {
+      const int32_t* bt = kv.block_table + int64_t(rq.b) * kv.bt_stride;
+      if (rq.b < batch) blk[0] = __ldg(bt + ((rq.tile * kSlice) >> kv.block_shift));
+    } else if constexpr (kPaged) {
       if (rq.b < batch) {
         const int p0 = rq.tile * kSlice, n = min(kSlice, rq.len - p0);
         const int32_t* bt = kv.block_table + int64_t(rq.b) * kv.bt_stride;
@@ -100,17 +109,33 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   };
   auto load_kv = [&](int st) {
     const int n = min(kSlice, rq.len - rq.tile * kSlice);
+    if constexpr (kRuns) {
+      const int in_block = (rq.tile * kSlice) & ((1 << kv.block_shift) - 1);
+      const int64_t base = kv.slot_quant_index((int64_t(blk[0]) << kv.block_shift) | in_block, rq.kvh);
+      const uint8_t *kp = kv.k8 + base * D, *vp = kv.v8 + base * D;
 #pragma unroll
-    for (int it = 0; it < kPer; ++it) {
-      const int i = it * 32 + lane, r = i / kCh, c = i % kCh;
-      const bool ok = r < n && c * 16 < d;
-      const int64_t off = ok ? vector_of(it, r) * kv.head_dim + c * 16 : 0;
-      cp_async16(raw_k(st) + (r * kCh + attn_q8::kchunk<D, 2>(r, c)) * 16, kv.k8 + off, ok);
-      cp_async16(raw_v(st) + (r * kCh + vchunk<D>(r, c)) * 16, kv.v8 + off, ok);
+      for (int it = 0; it < kPer; ++it) {
+        // Row r's chunk c is byte i * 16 of the run. Rows past the sequence's end (r >= n) are
+        // zero-filled, their addresses still inside the block: no select between two pointers.
+        const int i = it * 32 + lane, r = i / kCh, c = i % kCh;
+        cp_async16(raw_k(st) + (r * kCh + attn_q8::kchunk<D, 2>(r, c)) * 16, kp + i * 16, r < n);
+        cp_async16(raw_v(st) + (r * kCh + vchunk<D>(r, c)) * 16, vp + i * 16, r < n);
+      }
+      const int r = lane & 15;
+      cp_async4(raw_s(st) + lane, (lane < 16 ? kv.k_scale : kv.v_scale) + base + r, r < n);
+    } else {
+#pragma unroll
+      for (int it = 0; it < kPer; ++it) {
+        const int i = it * 32 + lane, r = i / kCh, c = i % kCh;
+        const bool ok = r < n && c * 16 < d;
+        const int64_t off = ok ? vector_of(it, r) * kv.head_dim + c * 16 : 0;
+        cp_async16(raw_k(st) + (r * kCh + attn_q8::kchunk<D, 2>(r, c)) * 16, kv.k8 + off, ok);
+        cp_async16(raw_v(st) + (r * kCh + vchunk<D>(r, c)) * 16, kv.v8 + off, ok);
+      }
+      const int r = lane & 15;
+      const float* src = lane < 16 ? kv.k_scale : kv.v_scale;
+      cp_async4(raw_s(st) + lane, r < n ? src + vector_of(kPer, r) : src, r < n);
     }
-    const int r = lane & 15;
-    const float* src = lane < 16 ? kv.k_scale : kv.v_scale;
-    cp_async4(raw_s(st) + lane, r < n ? src + vector_of(kPer, r) : src, r < n);
   };
   auto load_q = [&](int st, int b, int kvh) { load_pair_q<D>(q_slot(st), q, b, kvh, n_heads, group, d, lane); };
   auto request = [&](int st, bool with_q = true) {  // as the bf16 slice kernel's (attention_decode_walk.cuh)
@@ -137,9 +162,9 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     const float *sk = raw_s(st), *sv = sk + kSlice;
     const int n_keys = min(kSlice, cc.len - cc.tile * kSlice);
     if (n_keys >= kSlice)
-      attend_slice<D, F, false>(qb, q_up, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
+      attend_slice<D, F, false>(qb, q_up, raw_k(st), raw_v(st), sk, sv, n_keys, vote_group, m, l, o, scale_log2);
     else
-      attend_slice<D, F, true>(qb, q_up, raw_k(st), raw_v(st), sk, sv, n_keys, m, l, o, scale_log2);
+      attend_slice<D, F, true>(qb, q_up, raw_k(st), raw_v(st), sk, sv, n_keys, vote_group, m, l, o, scale_log2);
     if (cc.tile == cc.n_tiles - 1)  // the pair's last slice: its query heads out
       store_slice_out<D>(o, l, out + (int64_t(cc.b) * n_heads + int64_t(cc.kvh) * group) * d, group, d);
     ++cc.tile;
@@ -148,10 +173,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   cp_async_wait<0>();
 }
 
-template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks>
+template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks, bool kRuns = false>
 const GroupOccupancy& q8_slices_occupancy() {
   static const GroupOccupancy o =
-      measure_group_occupancy(decode_q8_slices_kernel<D, kPaged, F, kSlots, kBlocks>, kThreads,
+      measure_group_occupancy(decode_q8_slices_kernel<D, kPaged, F, kSlots, kBlocks, kRuns>, kThreads,
                               [](int g) { return q8_slices_smem_bytes<D, kSlots>(g); });
   return o;
 }
@@ -200,14 +225,29 @@ void attention_decode_q8_slices(const bf16* q, const KvLayout& kv, const int32_t
     constexpr bool P = decltype(pt)::value;
     constexpr KvQuant F = decltype(ft)::value;
     constexpr int S = kSlotsOf<V>, B = kBlocksOf<V>;
-    const GroupOccupancy& occ = q8_slices_occupancy<D, P, F, S, B>();
-    const int64_t pairs = batch * n_kv_heads;
-    const int64_t blocks =
-        std::min<int64_t>((pairs + kWarps - 1) / kWarps, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
     const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
-    launch_maybe_pdl(pdl, decode_q8_slices_kernel<D, P, F, S, B>, dim3(unsigned(blocks)), dim3(kThreads),
-                     q8_slices_smem_bytes<D, S>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group,
-                     head_dim, int(batch), scale_log2);
+    // The comparisons, each the same bits: KILN_ATTN_Q8_RUNS=0 the per-row addressing everywhere,
+    // KILN_ATTN_Q8_LAZY_RESCALE=0 the rescale in every slice (attention_q8_slice_tile.cuh).
+    static const bool runs_on = env_int("KILN_ATTN_Q8_RUNS", 1) != 0;
+    static const bool lazy_on = env_int("KILN_ATTN_Q8_LAZY_RESCALE", 1) != 0;
+    auto launch = [&](auto runs) {
+      constexpr bool R = decltype(runs)::value;
+      const GroupOccupancy& occ = q8_slices_occupancy<D, P, F, S, B, R>();
+      const int64_t pairs = batch * n_kv_heads;
+      const int64_t blocks =
+          std::min<int64_t>((pairs + kWarps - 1) / kWarps, int64_t(occ.sms) * std::max(1, occ.per_sm[group]));
+      launch_maybe_pdl(pdl, decode_q8_slices_kernel<D, P, F, S, B, R>, dim3(unsigned(blocks)), dim3(kThreads),
+                       q8_slices_smem_bytes<D, S>(group), stream, q, kv, kv_len, out, n_heads, n_kv_heads, group,
+                       head_dim, int(batch), scale_log2, lazy_on ? group : 0);
+    };
+    if constexpr (P) {
+      if (runs_on && kv.block_shift >= 4 && head_dim == D) {
+        launch(std::true_type{});
+        KILN_CUDA_CHECK_LAUNCH();
+        return;
+      }
+    }
+    launch(std::false_type{});
     KILN_CUDA_CHECK_LAUNCH();
   });
 }

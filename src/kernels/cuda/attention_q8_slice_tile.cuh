@@ -139,13 +139,14 @@ __device__ __forceinline__ void pair_keys(const uint32_t (&a)[D / 32], const uin
 }
 
 // One slice: kraw = K bytes (16, D) with chunks placed by attn_q8::kchunk<D, 2>, vraw = V bytes with
-// chunks placed by vchunk, sk / sv the 16 keys' scales; n_keys valid keys (kMask: < 16).
-// m, l: running max (raw scores) and this lane's partial sum for heads 2t, 2t + 1; o: O^T (D/16
+// chunks placed by vchunk, sk / sv the 16 keys' scales; n_keys valid keys (kMask: < 16); heads >= group
+// are padding (group <= 0: rescale every slice, the comparison for the skip below). m, l: running max (raw scores) and this lane's partial sum for heads 2t, 2t + 1; o: O^T (D/16
 // tiles of (16 dims, 8 heads), C layout). q_up: load_qt_frags's factor.
 template <int D, KvQuant F, bool kMask>
 __device__ __forceinline__ void attend_slice(const uint32_t (&qb)[D / 16][2], float q_up, const uint8_t* kraw,
                                              const uint8_t* vraw, const float* sk, const float* sv, int n_keys,
-                                             float (&m)[2], float (&l)[2], float (&o)[D / 16][4], float scale_log2) {
+                                             int group, float (&m)[2], float (&l)[2], float (&o)[D / 16][4],
+                                             float scale_log2) {
   const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   // S^T = K Q^T.
   uint32_t kw[2][D / 16];  // the lane's bytes of key rows g and g + 8, 4 a word
@@ -181,10 +182,18 @@ __device__ __forceinline__ void attend_slice(const uint32_t (&qb)[D / 16][2], fl
     s[i + 2] = exp2f(fmaf(s[i + 2], scale_log2, -base));
     l[i] = l[i] * corr[i] + s[i] + s[i + 2];
   }
+  // corr is exactly 1 (exp2f(0)) for a head whose running max did not move. Once the first slices
+  // have set the maxima most slices move none, and then the D/4 multiplies of the rescale (the FMA
+  // pipe's largest share of a slice) are skipped: the same bits. Padding heads (>= group) do not
+  // vote; their outputs are never stored.
+  const bool moved =
+      group <= 0 || (2 * t < group && corr[0] != 1.0f) || (2 * t + 1 < group && corr[1] != 1.0f);
+  if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-  for (int mt = 0; mt < D / 16; ++mt) {
-    o[mt][0] *= corr[0], o[mt][1] *= corr[1];
-    o[mt][2] *= corr[0], o[mt][3] *= corr[1];
+    for (int mt = 0; mt < D / 16; ++mt) {
+      o[mt][0] *= corr[0], o[mt][1] *= corr[1];
+      o[mt][2] *= corr[0], o[mt][3] *= corr[1];
+    }
   }
   // P^T times the V scales -> the B fragments of O^T = V^T P^T.
   const float vg = sv[g], vg8 = sv[g + 8];
