@@ -19,8 +19,11 @@
 // Shared memory per warp: kSlots q slots of `group` rows (rows >= group of the B fragments read
 // the memory after the slot, results never used), then the raw slots.
 // In a paged pool a 16-position slice of one KV head is one run of 16 x d bytes when the block size
-// is 16 or more (kv_layout.h's head-major bytes); the block ids are fetched per row one slice ahead,
-// as the split kernel does, so any power-of-two block size works.
+// is 16 or more (kv_layout.h's head-major bytes). There (kRuns, session 33) one block id a slice
+// addresses it; otherwise the block ids are fetched per row, as the split kernel does, so any
+// power-of-two block size works. Either way the id is fetched one slice ahead. Session 33 found the
+// kernel issue-bound in the engine at the H200's power-capped clock (752 instructions a slice);
+// kRuns and the skipped rescale (attention_q8_slice_tile.cuh) cut that to 584 (performance/attention.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
