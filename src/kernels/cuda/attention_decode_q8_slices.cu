@@ -79,6 +79,19 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   auto raw_v = [&](int st) { return raw_k(st) + kSlice * D; };
   auto raw_s = [&](int st) { return reinterpret_cast<float*>(raw_k(st) + 2 * kSlice * D); };
 
+  // kRuns: this lane's chunks are bytes (it * 32 + lane) * 16 of a slice's run, rows r0 + it * (32 / kCh);
+  // where each lands in a slot (kchunk / vchunk swizzles) depends on the lane only: taken once here
+  // instead of per slice (session 33's SASS had ~50 address instructions a slice for it).
+  [[maybe_unused]] const int r0 = lane / kCh;
+  [[maybe_unused]] int k_dst[kPer], v_dst[kPer];
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    const int i = it * 32 + lane, r = i / kCh, c = i % kCh;
+    k_dst[it] = (r * kCh + attn_q8::kchunk<D, 2>(r, c)) * 16;
+    v_dst[it] = kSlice * D + (r * kCh + vchunk<D>(r, c)) * 16;
+  }
+  [[maybe_unused]] const float* const my_scales = lane < 16 ? kv.k_scale : kv.v_scale;
+
   const StreamWalk<kSlice> walk(kv_len, batch, n_kv_heads, int(gridDim.x) * kWarps);  // a warp is a worker
   StreamCursor rq = walk.start(int64_t(blockIdx.x) * kWarps + warp);  // the next slice to request
   StreamCursor cc = rq;                                               // the next slice to compute
@@ -115,17 +128,17 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     if constexpr (kRuns) {
       const int in_block = (rq.tile * kSlice) & ((1 << kv.block_shift) - 1);
       const int64_t base = kv.slot_quant_index((int64_t(blk[0]) << kv.block_shift) | in_block, rq.kvh);
-      const uint8_t *kp = kv.k8 + base * D, *vp = kv.v8 + base * D;
+      const uint8_t *kp = kv.k8 + base * D + lane * 16, *vp = kv.v8 + base * D + lane * 16;
+      uint8_t* const slot = raw_k(st);
+      // Rows past the sequence's end (r >= n) are zero-filled, their addresses still inside the
+      // block: no select between two pointers.
 #pragma unroll
       for (int it = 0; it < kPer; ++it) {
-        // Row r's chunk c is byte i * 16 of the run. Rows past the sequence's end (r >= n) are
-        // zero-filled, their addresses still inside the block: no select between two pointers.
-        const int i = it * 32 + lane, r = i / kCh, c = i % kCh;
-        cp_async16(raw_k(st) + (r * kCh + attn_q8::kchunk<D, 2>(r, c)) * 16, kp + i * 16, r < n);
-        cp_async16(raw_v(st) + (r * kCh + vchunk<D>(r, c)) * 16, vp + i * 16, r < n);
+        const bool ok = r0 + it * (32 / kCh) < n;
+        cp_async16(slot + k_dst[it], kp + it * 512, ok);
+        cp_async16(slot + v_dst[it], vp + it * 512, ok);
       }
-      const int r = lane & 15;
-      cp_async4(raw_s(st) + lane, (lane < 16 ? kv.k_scale : kv.v_scale) + base + r, r < n);
+      cp_async4(raw_s(st) + lane, my_scales + base + (lane & 15), (lane & 15) < n);
     } else {
 #pragma unroll
       for (int it = 0; it < kPer; ++it) {

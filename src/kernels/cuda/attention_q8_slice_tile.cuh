@@ -61,7 +61,7 @@ __device__ __forceinline__ int vchunk(int r, int c) {
 
 // Four bytes (b0..b3) -> f16 pairs (b0, b1) and (b2, b3), exactly.
 //   int8: 0x6400 | (b ^ 0x80) is the f16 1024 + (b + 128); minus 1152 is b.
-//   fp8:  cvt.rn.f16x2.e4m3x2 (sm_89+; mma_frag.cuh's e4m3x2_to_f16x2, with an integer form for sm_80).
+//   fp8:  cvt.rn.f16x2.e4m3x2 on each 16-bit half (sm_89+; mma_frag.cuh's e4m3x4_to_f16x2x2, with an integer form for sm_80).
 template <KvQuant F>
 __device__ __forceinline__ void bytes_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
   if constexpr (F == KvQuant::int8) {
@@ -73,8 +73,7 @@ __device__ __forceinline__ void bytes_to_f16x2(uint32_t w, uint32_t& lo, uint32_
     lo = *reinterpret_cast<const uint32_t*>(&r0);
     hi = *reinterpret_cast<const uint32_t*>(&r1);
   } else {
-    lo = qk::e4m3x2_to_f16x2(w & 0xFFFFu);
-    hi = qk::e4m3x2_to_f16x2(w >> 16);
+    qk::e4m3x4_to_f16x2x2(w, lo, hi);
   }
 }
 

@@ -84,4 +84,17 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
   return r;
 }
 
+// Four e4m3 bytes -> f16 pairs (b0, b1) and (b2, b3), exact. On sm_89+ the word's halves go to the
+// conversion as 16-bit halves of the same register (no shift or mask to take them out first).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  lo = e4m3x2_to_f16x2(w & 0xFFFFu);
+  hi = e4m3x2_to_f16x2(w >> 16);
+#endif
+}
+
 }  // namespace kiln::cuda::qk
