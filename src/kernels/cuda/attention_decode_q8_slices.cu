@@ -23,7 +23,8 @@
 // addresses it; otherwise the block ids are fetched per row, as the split kernel does, so any
 // power-of-two block size works. Either way the id is fetched one slice ahead. Session 33 found the
 // kernel issue-bound in the engine at the H200's power-capped clock (752 instructions a slice);
-// kRuns and the skipped rescale (attention_q8_slice_tile.cuh) cut that to 584 (performance/attention.md).
+// kRuns, the skipped rescale and the in-place e4m3 halves (attention_q8_slice_tile.cuh) cut that to 423
+// (performance/attention.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
