@@ -62,6 +62,7 @@ size_t q8_slices_smem_bytes(int group) {
 // V bytes and scales are three runs found from one block id (kv_layout.h's head-major form): one
 // id load a slice instead of kPer + 1 a lane, and 32-bit offsets from one base instead of a 64-bit
 // vector number per chunk. The same bytes land in the same shared memory: the same results.
+// vote_group: `group`, or 0 to rescale O in every slice (attend_slice; KILN_ATTN_Q8_LAZY_RESCALE=0).
 template <int D, bool kPaged, KvQuant F, int kSlots, int kBlocks, bool kRuns>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     decode_q8_slices_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
