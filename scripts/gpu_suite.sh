@@ -44,13 +44,6 @@ else
   echo "missing $BUILD/bench/kernel_lab"; lab_rc=127; status=1
 fi
 
-# A half decode step's GEMM beside its attention on two streams (issue #8's micro-batch bound,
-# performance/batching.md session 31; ~30 s); part of every lab setting but 0.
-if [ "${KILN_SUITE_LAB:-1}" != 0 ] && [ -x "$BUILD/bench/kernel_lab" ]; then
-  "$BUILD/bench/kernel_lab" --overlap --json "$OUT/lab_overlap.json" >"$OUT/lab_overlap.log" 2>&1 || status=1
-  grep -E "^overlap,|^alone|^SMs split|^no SM split|^ +[0-9]+ " "$OUT/lab_overlap.log" | head -80
-fi
-
 echo "== engine and profile (Llama-3-8B shape, random bf16 weights)"
 "$K" profile --calibrate >"$OUT/profile_calibrate.log" 2>&1 || status=1
 for b in 1 64 256; do
