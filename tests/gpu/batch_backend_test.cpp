@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "gpu_test_util.h"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "gpu_test_models.h"
 #include "kiln/error.h"
 #include "model/random_weights.h"
@@ -379,6 +380,52 @@ TEST_P(GpuBatch, DeviceArgmaxMatchesFullLogits) {
       dec.push_back({steps[i].s, {ids[i]}, steps[i].first + int64_t(steps[i].tokens.size()), true});
     steps = dec;
   }
+}
+
+// The greedy head (session 34): a step with more than 256 wanted rows, all greedy, takes the head
+// GEMM that picks the ids in its epilogue and writes no logits (Impl::enqueue_head_argmax). A
+// vocabulary of 32000 makes the plan take its tiles. The ids must be the argmax of the logits of
+// the same step on a second pool, for a step of 300 prompts and two steps of 300 decodes (eager:
+// more than 256 entries), and no logits come back.
+TEST(GpuBatchGreedyHead, IdsMatchFullLogits) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = batch_llama();
+  c.name = "batch-greedy-head";
+  c.vocab_size = 32000;
+  c.n_layers = 1;
+  const int64_t V = c.vocab_size;
+  auto g = CudaBackend::random(c, 7, 0.05f);
+  g->set_profiling(true);  // to see which head ran (the kernels are the same)
+  const size_t N = 300;
+  auto pa = g->new_kv_pool(1200, 16), pb = g->new_kv_pool(1200, 16);
+  Blocks blocks(1200, 16, N, 5);
+  std::vector<Step> steps;
+  for (size_t s = 0; s < N; ++s) steps.push_back({s, prompt(int64_t(2 + s % 7), V, int64_t(s)), 0, true});
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(testing::Message() << "round " << round);
+    std::vector<BatchEntry> e = entries_of(steps, blocks);
+    std::vector<float> la, lb;
+    g->forward_batch(*pa, e, la);
+    ASSERT_EQ(la.size(), N * size_t(V));
+    for (BatchEntry& b : e) b.greedy = true;
+    std::vector<int32_t> ids;
+    g->forward_batch(*pb, e, lb, &ids);
+    ASSERT_EQ(ids.size(), N);
+    EXPECT_TRUE(lb.empty());
+    for (size_t i = 0; i < N; ++i) EXPECT_EQ(ids[i], argmax(row(la, i, V))) << "row " << i;
+    std::vector<Step> dec;
+    for (size_t i = 0; i < N; ++i)
+      dec.push_back({steps[i].s, {ids[i]}, steps[i].first + int64_t(steps[i].tokens.size()), true});
+    steps = dec;
+  }
+  int64_t fused = 0, plain = 0;
+  for (const KernelStat& st : g->kernel_stats()) {
+    if (st.name == "lm_head+argmax.gemm") fused = st.calls;
+    if (st.name == "lm_head.gemm") plain = st.calls;
+  }
+  EXPECT_EQ(plain, 3);  // every logits step
+  // Every greedy step where the kernel can run (sm_90a); elsewhere the logits and the argmax kernel.
+  EXPECT_EQ(fused, cuda::gemm_wgmma_available() ? 3 : 0);
 }
 
 TEST_P(GpuBatch, ProfilingCoversBatchSteps) {

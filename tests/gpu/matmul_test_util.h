@@ -1,6 +1,6 @@
 // What the matrix-product GPU tests share (matmul_test.cpp: GEMV, generic GEMM, split-K;
-// gemm_wgmma_test.cpp: the Hopper GEMM versions): a shape, the check of one product against
-// cpu::matmul in every output mode, which GEMM versions this device can test, and a case whose
+// gemm_wgmma_test.cpp: the Hopper GEMM versions; gemm_argmax_test.cpp: the greedy head): a shape,
+// the check of one product against cpu::matmul in every output mode, which GEMM versions this device can test, and a case whose
 // inputs and CPU reference are made once for several kernels run on it.
 #pragma once
 

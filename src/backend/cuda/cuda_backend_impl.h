@@ -514,6 +514,28 @@ struct CudaBackend::Impl {
        [&] { cuda::rmsnorm(x_rows, nullptr, final_norm.data(), a.xn, n_out, H, c.rms_eps, s()); });
     linear("lm_head", a, a.xn, output_weight(), nullptr, a.logits, OutMode::store_f32, n_out);
   }
+  // The greedy head (session 34): the final norm, then lm_head and the argmax in one GEMM whose
+  // epilogue keeps each row's best column (matmul.h's gemm_argmax) into ids (n_out), no logits.
+  // head_argmax_ok: where it runs (a bf16 head, the rows and shapes gemm_argmax takes); parts:
+  // cuda::gemm_argmax_parts(n_out, vocab) pairs of scratch.
+  bool head_argmax_ok(const cuda_backend::Activations& a, int64_t n_out) const {
+    const cuda::QWeight w = output_weight();
+    return w.format == QuantFormat::none &&
+           cuda::gemm_argmax_ok(a.xn, static_cast<const bf16*>(w.data), n_out, w.rows, w.cols);
+  }
+  void enqueue_head_argmax(const cuda_backend::Activations& a, float* x_rows, int64_t n_out, float2* parts,
+                           int32_t* ids) {
+    const int64_t H = c.hidden_size;
+    op("rmsnorm", profile::rmsnorm(n_out, H),
+       [&] { cuda::rmsnorm(x_rows, nullptr, final_norm.data(), a.xn, n_out, H, c.rms_eps, s()); });
+    const cuda::QWeight w = output_weight();
+    // Out: one 8-byte pair a row per 256 columns; the ids' reduction is in the same op.
+    op("lm_head+argmax.gemm", profile::linear(n_out, w.rows, w.cols, 8.0 / double(cuda::kGemmArgmaxTileCols), {}),
+       [&] {
+         KILN_CHECK(cuda::gemm_argmax(a.xn, static_cast<const bf16*>(w.data), parts, ids, n_out, w.rows, w.cols, s()),
+                    internal, "gemm_argmax refused rows it takes");
+       });
+  }
 };
 
 }  // namespace kiln

@@ -182,9 +182,11 @@ class CudaKvPool final : public KvPool {
 // Copies a step's results to the host. `device_logits` holds one row per entry of `rows_entries`
 // (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
 // (the argmax kernel, or sample_rows where an entry asked for device sampling) and only the rows of
-// the other entries are copied; otherwise every row is.
+// the other entries are copied; otherwise every row is. ids_ready: the greedy head already wrote every
+// row's id (Impl::enqueue_head_argmax; every row greedy, no logits on the device).
 void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries,
-              float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax) {
+              float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax,
+              bool ids_ready = false) {
   const int64_t R = int64_t(row_entries.size());
   auto on_device = [&](int64_t r) {
     const BatchEntry& b = entries[row_entries[size_t(r)]];
@@ -200,7 +202,9 @@ void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, co
   if (!all_on_device) logits.resize(size_t(R * vocab));
   if (argmax && R > 0) {
     pool.argmax.ensure(R);
-    if (sampled) {
+    if (ids_ready) {
+      // nothing left to pick
+    } else if (sampled) {
       pool.sampler.draw(m, device_logits, vocab, entries, row_entries, pool.argmax.ids.data());
     } else {
       m.op("argmax", profile::Cost{double(R * vocab) * 4, 0},
@@ -511,11 +515,20 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   std::vector<size_t> row_entries;
   for (size_t e = 0; e < entries.size(); ++e)
     if (entries[e].want_logits) row_entries.push_back(e);
+  // Every wanted row greedy (the common case of a large decode step): the head's GEMM picks the ids
+  // itself and writes no logits (session 34; KILN_HEAD_ARGMAX=0 for the logits and the argmax kernel).
+  bool greedy_head = argmax != nullptr && R > 0 && m.head_argmax_ok(a, R);
+  for (size_t e : row_entries) greedy_head &= entries[e].greedy && entries[e].sampling == nullptr;
   if (R > 0) {
     m.op("gather_rows", profile::Cost{}, [&] { cuda::gather_rows(a.x, meta + ml.rows, a.xg, R, H, m.s()); });
-    m.enqueue_head(a, a.xg, R);
+    if (greedy_head) {
+      float2* parts = pool.argmax.head_parts(R, cuda::gemm_argmax_parts(R, vocab));
+      m.enqueue_head_argmax(a, a.xg, R, parts, pool.argmax.ids.data());
+    } else {
+      m.enqueue_head(a, a.xg, R);
+    }
   }
-  copy_out(m, pool, entries, row_entries, a.logits, vocab, logits, argmax);
+  copy_out(m, pool, entries, row_entries, a.logits, vocab, logits, argmax, greedy_head);
   if (m.profiling) m.collect_timings();
 }
 

@@ -28,6 +28,17 @@ struct DeviceArgmax {
     host.grow(size_t(pow2_at_least(rows)));
   }
 
+  // The greedy head's (value, id) pairs (matmul.h's gemm_argmax) for `parts` of them, and room for
+  // `rows` ids.
+  float2* head_parts(int64_t rows, int64_t parts) {
+    ensure(rows);
+    if (int64_t(head_parts_.size()) < parts) {
+      head_parts_ = DeviceBuffer<float2>();
+      head_parts_ = DeviceBuffer<float2>(size_t(pow2_at_least(parts)));
+    }
+    return head_parts_.data();
+  }
+
   // The split argmax's scratch, or none (a block a row) with KILN_ARGMAX_SPLIT=0 (session 26: the
   // batch-1 step's argmax 18.7 -> 4.5 us).
   cuda::ArgmaxWorkspace workspace() {
@@ -40,6 +51,7 @@ struct DeviceArgmax {
   DeviceBuffer<float> values_;
   DeviceBuffer<int32_t> part_ids_;
   DeviceBuffer<uint32_t> tickets_;
+  DeviceBuffer<float2> head_parts_;
 };
 
 }  // namespace kiln::cuda_backend

@@ -73,6 +73,7 @@
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/sampling.h"
 
 namespace kiln::cuda {
 namespace {
@@ -490,6 +491,19 @@ bool gemm_swiglu_ok(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, i
 
 bool gemm_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K, cudaStream_t stream) {
   return gemm_swiglu_ok(x, w_gu, h, M, inter, K) && gemm_wgmma_swiglu(x, w_gu, h, M, inter, K, stream);
+}
+
+bool gemm_argmax_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K) {
+  static const bool on = env_switch_on("KILN_HEAD_ARGMAX");
+  if (!on || M <= kSplitKMaxRows || gemm_default_version() != 5 || N >= (int64_t(1) << 31)) return false;
+  return gemm_wgmma_argmax_can_run(x, w, M, N, K);
+}
+
+bool gemm_argmax(const bf16* x, const bf16* w, float2* parts, int32_t* ids, int64_t M, int64_t N, int64_t K,
+                 cudaStream_t stream) {
+  if (!gemm_argmax_ok(x, w, M, N, K) || !gemm_wgmma_argmax(x, w, parts, M, N, K, stream)) return false;
+  argmax_parts(parts, M, int((N + kGemmArgmaxTileCols - 1) / kGemmArgmaxTileCols), ids, stream);
+  return true;
 }
 
 void gemm(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,

@@ -76,6 +76,17 @@ bool gemm_wgmma_swiglu_can_run(const bf16* x, const bf16* w_gu, const bf16* h, i
 bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K,
                        cudaStream_t stream);
 
+// The greedy head (session 34): for each row r of x . W^T (fp32 products, no bias) and each
+// 256-column tile t, parts[r * ceil(N / 256) + t] = the tile's best (value, id) in argmax_order.cuh's
+// order, the id's bits in .y; no product is stored. Version 5's config 3 (128x256 tiles, register
+// epilogue) with the pair reduction as its epilogue, so the products are the store_f32 GEMM's.
+// can_run: sm_90a, the shape limits, and the plan picks config 3 for a store_f32 output of this
+// shape. The launch expects operands can_run accepted (matmul.h's gemm_argmax); false, launching
+// nothing, only if a tensor map cannot be made.
+bool gemm_wgmma_argmax_can_run(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);
+bool gemm_wgmma_argmax(const bf16* x, const bf16* w, float2* parts, int64_t M, int64_t N, int64_t K,
+                       cudaStream_t stream);
+
 // Session 11: version 5's TMA-epilogue configurations with fp8 operands (W8A8: e4m3 x (M, K) and
 // W (N, K), one fp32 scale per x row in xs and per W row in ws, y = acc * xs[m] * ws[n] + bias, as
 // fp8_gemm_wgmma.cu's kernel). config: 0 = auto (the bf16 plan's tile), 4 / 7 / 8 = 128x256 /

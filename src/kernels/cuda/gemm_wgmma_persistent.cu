@@ -85,6 +85,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/env.h"
 #include "kernels/cuda/epilogue_add.cuh"
+#include "kernels/cuda/gemm_argmax_epilogue.cuh"
 #include "kernels/cuda/gemm_tma_epilogue.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/pointwise_math.cuh"
@@ -96,7 +97,7 @@ namespace {
 constexpr int P_BM = 128, P_BK = 64, P_THREADS = 384;  // 1 producer + 2 consumer warpgroups
 
 template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = false, bool ADD_ = false,
-          bool FP8_ = false>
+          bool FP8_ = false, bool ARGMAX_ = false>
 struct PCfg {
   static constexpr int BN = BN_, STAGES = STAGES_;
   static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
@@ -115,6 +116,10 @@ struct PCfg {
   // SwiGLU (gemm_wgmma_swiglu): the B tile is gate rows [n0, n0 + BN / 2) over up rows
   // [I + n0, I + n0 + BN / 2), and the tile's output is silu(gate) * up, BN / 2 columns of h.
   static constexpr bool SWIGLU = SWIGLU_;
+  // ARGMAX (session 34, gemm_wgmma_argmax): no product leaves the block, only each row's best
+  // column of the tile as a (value, id) pair (gemm_argmax_epilogue.cuh); y is the pairs' (M, tiles
+  // per row) float2 array. Config 3's tiles and main loop, so the same fp32 products.
+  static constexpr bool ARGMAX = ARGMAX_;
   enum : int { BN_OUT = SWIGLU ? BN / 2 : BN };  // output columns per tile (an enum: nvcc warns of unused static members)
   static constexpr int MH = PP ? 2 : 1;         // m64 row blocks per consumer per tile
   static constexpr int ACC = MH * BN / 2;       // fp32 accumulators per consumer thread
@@ -134,12 +139,14 @@ struct PCfg {
   static_assert(kSmemBytes <= 227 * 1024, "opt-in shared memory per block");
   static_assert(!SWIGLU || (TMA_EPI && BN == 256), "SwiGLU: the 128x256 TMA-store configuration only");
   static_assert(!ADD || (TMA_EPI && !SWIGLU && BN % (2 * kAddBoxCols) == 0), "ADD: whole pairs of boxes");
+  static_assert(!ARGMAX || (!PP && !TMA_EPI && !FP8 && BN == 256), "ARGMAX: config 3's tiles");
 };
 using PCfgPP128 = PCfg<128, 7, true>;     // 7 x 32 KB = 224 KB
 using PCfgCo192 = PCfg<192, 5, false>;    // 5 x 40 KB = 200 KB
 using PCfgCo256 = PCfg<256, 4, false>;    // 4 x 48 KB = 192 KB
 using PCfgCo256T = PCfg<256, 3, false, true>;  // 64 KB C staging + 3 x 48 KB = 208 KB
 using PCfgCo256TSwiglu = PCfg<256, 3, false, true, true>;  // as PCfgCo256T, gate | up halves, h out
+using PCfgCo256Argmax = PCfg<256, 4, false, false, false, false, false, true>;  // as PCfgCo256, (value, id) out
 // Session 9 (lab, gemm v16 / v17): the one-round M = 512 tiles (v4's 128x128, config 2's 128x192)
 // with the TMA-store epilogue, to measure what storing from registers costs there.
 using PCfgCo128T = PCfg<128, 6, false, true>;  // 32 KB C staging + 6 x 32 KB = 224 KB
@@ -296,6 +303,8 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       } else if constexpr (C::ADD) {
         reduce_add_block_tma<BN, C::FP8 && !C::SWIGLU>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y,
                                                       m0 + c * 64, n0, bias, M, N, as);
+      } else if constexpr (C::ARGMAX) {
+        argmax_acc_block<BN>(acc, tid, m0 + c * 64, n0, nt, n_tiles, M, N, static_cast<float2*>(y));
       } else if constexpr (C::TMA_EPI) {
         store_block_tma<BN, C::BOX, C::FP8 && !C::SWIGLU>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y,
                                                          m0 + c * 64, n0, bias, M, N, as);
@@ -367,6 +376,7 @@ int probed_sms() {
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwiglu>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256Argmax>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256Add>),
@@ -519,6 +529,22 @@ bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int6
   CUtensorMap mx, my;
   if (!wgmma_make_map(&mx, x, M, K, P_BM) || !wgmma_make_map(&my, h, M, inter, 64)) return false;
   launch_persistent<PCfgCo256TSwiglu>(w_gu, nullptr, h, OutMode::store_bf16, M, inter, K, device_sms(), stream, mx, my);
+  return true;
+}
+
+bool gemm_wgmma_argmax_can_run(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K) {
+  if (!wgmma_shape_ok(x, w, M, N, K) || ceil_div(M, P_BM) * ceil_div(N, 128) >= (int64_t(1) << 31)) return false;
+  const int sms = device_sms();
+  // Only where the store_f32 head would run the same 128x256 register-store tiles (config 3): the
+  // same products, so the same ids as the argmax kernel over its logits.
+  return sms > 0 && plan(M, N, sms, /*tma_epi=*/false) == 3;
+}
+
+bool gemm_wgmma_argmax(const bf16* x, const bf16* w, float2* parts, int64_t M, int64_t N, int64_t K,
+                       cudaStream_t stream) {
+  CUtensorMap mx, unused{};
+  if (!wgmma_make_map(&mx, x, M, K, P_BM)) return false;
+  launch_persistent<PCfgCo256Argmax>(w, nullptr, parts, OutMode::store_f32, M, N, K, device_sms(), stream, mx, unused);
   return true;
 }
 

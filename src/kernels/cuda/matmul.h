@@ -73,6 +73,21 @@ bool matmul_splitk(const bf16* x, const bf16* w, const bf16* bias, void* y, OutM
 bool gemm_swiglu_ok(const bf16* x, const bf16* w_gu, const bf16* h, int64_t M, int64_t inter, int64_t K);
 bool gemm_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t inter, int64_t K, cudaStream_t stream);
 
+// Greedy ids of a head product without its logits (session 34; gemm_wgmma.h, gemm_wgmma_argmax):
+// ids[r] = the argmax over n of (x . W^T)(r, n), ties to the lowest n, 0 for a row of NaN: the ids
+// cuda::argmax (sampling.h) picks from the logits gemm(..., store_f32) writes for these operands.
+// parts: gemm_argmax_parts(M, N) float2 of scratch. gemm_argmax_ok says whether it runs (Hopper, the
+// shape, the default GEMM version, M > kSplitKMaxRows so the logits' GEMM is unsplit, and
+// KILN_HEAD_ARGMAX not "0": the switch for same-run comparison); gemm_argmax launches the GEMM and
+// the partials' reduction and returns false, launching nothing, where it cannot.
+constexpr int64_t kGemmArgmaxTileCols = 256;
+inline int64_t gemm_argmax_parts(int64_t M, int64_t N) {
+  return M * ((N + kGemmArgmaxTileCols - 1) / kGemmArgmaxTileCols);
+}
+bool gemm_argmax_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);
+bool gemm_argmax(const bf16* x, const bf16* w, float2* parts, int32_t* ids, int64_t M, int64_t N, int64_t K,
+                 cudaStream_t stream);
+
 // ws: split-K scratch for kGemvMaxRows < M <= kSplitKMaxRows (without it those M run the unsplit gemm).
 inline void matmul(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,
                    int64_t K, cudaStream_t stream, MatmulWorkspace ws = {}) {

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/device_attributes.h"
+#include "kernels/cuda/argmax_order.cuh"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/epilogue.cuh"
 
@@ -26,12 +27,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // larger float -> larger key
 }
 
-// (value, index) "better": larger value, then smaller index. NaN logits lose to everything.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  if (isnan(v)) return false;
-  if (isnan(bv)) return true;
-  return v > bv || (v == bv && i < bi);
-}
+// (value, index) "better": argmax_order.cuh's order (larger value, then smaller index; NaN loses).
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return argmax_better(v, i, bv, bi); }
 
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ logits, int64_t vocab,
                                                           int32_t* __restrict__ out) {
@@ -343,6 +340,30 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
+// The head GEMM's partials (gemm_argmax, matmul.h): a warp a row over its (value, id) pairs, one
+// pair per 256-column tile, id in the float's bits.
+constexpr int kPartsWarps = 8;
+
+__global__ void __launch_bounds__(kPartsWarps * 32) argmax_parts_kernel(const float2* __restrict__ parts, int64_t rows,
+                                                                        int per_row, int32_t* __restrict__ out) {
+  const int64_t row = int64_t(blockIdx.x) * kPartsWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float2* p = parts + row * per_row;
+  float bv = NAN;
+  int bi = kArgmaxNoIndex;
+  for (int i = lane; i < per_row; i += 32) {
+    const float2 v = p[i];
+    if (better(v.x, __float_as_int(v.y), bv, bi)) bv = v.x, bi = __float_as_int(v.y);
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  if (lane == 0) out[row] = bi == kArgmaxNoIndex ? 0 : bi;
+}
+
 }  // namespace
 
 void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream, ArgmaxWorkspace ws) {
@@ -355,6 +376,13 @@ void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cuda
   } else {
     argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, out);
   }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void argmax_parts(const float2* parts, int64_t rows, int per_row, int32_t* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  argmax_parts_kernel<<<unsigned((rows + kPartsWarps - 1) / kPartsWarps), kPartsWarps * 32, 0, stream>>>(parts, rows,
+                                                                                                         per_row, out);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -41,6 +41,11 @@ constexpr int64_t kArgmaxSplitRows = 32;
 void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream,
             ArgmaxWorkspace ws = {});
 
+// Greedy ids from per-tile partials: out[r] = the best of the `per_row` (value, id) pairs of row r
+// (parts (rows, per_row), the id's bits in .y), in argmax's order; 0 where every value is NaN. The
+// second half of matmul.h's gemm_argmax.
+void argmax_parts(const float2* parts, int64_t rows, int per_row, int32_t* out, cudaStream_t stream);
+
 // One row's draw. Penalties (runtime/sampler.cpp's formulas) apply to the ids in
 // pen_ids[pen_begin, pen_end) with their counts in the history window.
 struct RowSampling {
