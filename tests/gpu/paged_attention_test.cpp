@@ -320,7 +320,7 @@ TEST(GpuPagedAttention, RejectsBadPagedLayout) {
 }
 
 // The varlen launch (every chunk's query tiles in one grid, in any order) must give each chunk
-// exactly what its own launch gives: the same tiles run the same code; with 2 or 3 blocks a SM.
+// exactly what its own launch gives: the same tiles run the same code.
 TEST(GpuPagedAttention, PrefillVarlenEqualsPerChunkLaunchesBitwise) {
   KILN_REQUIRE_GPU();
   const std::vector<std::pair<int64_t, int64_t>> chunks = {{128, 0}, {1, 0}, {65, 63}, {3, 190}, {200, 17}, {64, 0}};
@@ -356,12 +356,6 @@ TEST(GpuPagedAttention, PrefillVarlenEqualsPerChunkLaunchesBitwise) {
                                    reinterpret_cast<const cuda::PrefillTile*>(dtiles.data()), int64_t(tiles.size()),
                                    cs.heads, cs.kv_heads, cs.d, nullptr);
     EXPECT_EQ(from_device_bf16(out_varlen), from_device_bf16(out_chunks));
-    // Three blocks a SM (session 34: 168 registers, some spilled) compute the same bits.
-    out_varlen.poison();
-    cuda::attention_prefill_varlen(dq.data(), kv, out_varlen.data(),
-                                   reinterpret_cast<const cuda::PrefillTile*>(dtiles.data()), int64_t(tiles.size()),
-                                   cs.heads, cs.kv_heads, cs.d, nullptr, 3);
-    EXPECT_EQ(from_device_bf16(out_varlen), from_device_bf16(out_chunks)) << "3 blocks a SM";
   }
 }
 

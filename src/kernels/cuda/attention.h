@@ -58,13 +58,9 @@ struct PrefillTile {
   int32_t q_start;    // position of row0
   int32_t table_row;  // block-table row of the chunk's sequence
 };
-// min_blocks (head dims 72..128): the kernel's blocks a SM, 2 (its 247 registers a thread) or 3 (168
-// registers, some spilled; the same bits); 0 = KILN_PREFILL_VARLEN_BLOCKS, default 2. Session 34:
-// issue #8's 128-token chunks leave each block one or two K/V tiles, and two 4-warp blocks a SM
-// hide little of their latency (ncu: 12% occupancy, docs/performance/attention.md).
 bool attention_prefill_varlen_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
 void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
-                              int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream, int min_blocks = 0);
+                              int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
 
 // Flash-decoding: one query token for each of `batch` sequences, q(batch, n_heads, head_dim);
 // sequence b attends to cache positions 0 .. kv_len[b] - 1 (kv_len in device memory, so a captured

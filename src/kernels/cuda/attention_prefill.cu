@@ -30,7 +30,6 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/epilogue.cuh"
@@ -140,10 +139,8 @@ constexpr size_t mma_smem_bytes() {
 // kVarlen (paged only): blockIdx.y indexes `tiles`, one PrefillTile per 64-row query tile of many
 // chunks; the block then runs as a one-tile launch of that chunk (q, out, n_q, q_start and the
 // table row replaced by the tile's), so each tile computes exactly what the per-chunk launch does.
-// kMinBlocks: the blocks a SM the registers must allow (launch bounds). Session 34: the varlen
-// launch may ask 3 at D = 128 (prefill_varlen_min_blocks), for issue #8's short chunks.
-template <int D, bool kPaged, bool kVarlen = false, int kMinBlocks = (D == 128 ? 2 : 3)>
-__global__ void __launch_bounds__(kMmaThreads, kMinBlocks)
+template <int D, bool kPaged, bool kVarlen = false>
+__global__ void __launch_bounds__(kMmaThreads, D == 128 ? 2 : 3)
     prefill_mma_kernel(const bf16* __restrict__ q, KvLayout kv, bf16* __restrict__ out, int n_q, int q_start,
                        int n_heads, int group, int d, float scale_log2, const PrefillTile* __restrict__ tiles = nullptr) {
   using namespace attn;
@@ -256,17 +253,17 @@ void launch_prefill_mma(const bf16* q, KvLayout kv, bf16* out, int64_t n_q, int6
 
 // One launch for every tile: grid (heads, tiles), the tiles in the caller's order (longest first
 // keeps the tail short).
-template <int D, int kMinBlocks = (D == 128 ? 2 : 3)>
+template <int D>
 void launch_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
                            int n_heads, int group, int head_dim, cudaStream_t stream) {
-  constexpr auto kernel = prefill_mma_kernel<D, true, true, kMinBlocks>;
   static std::once_flag configured;
   std::call_once(configured, [] {
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(mma_smem_bytes<D>())));
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<D, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(mma_smem_bytes<D>())));
   });
   const dim3 grid{unsigned(n_heads), unsigned(n_tiles)};
-  kernel<<<grid, kMmaThreads, mma_smem_bytes<D>(), stream>>>(q, kv, out, 0, 0, n_heads, group, head_dim,
-                                                             attn::kLog2e / sqrtf(float(head_dim)), tiles);
+  prefill_mma_kernel<D, true, true><<<grid, kMmaThreads, mma_smem_bytes<D>(), stream>>>(
+      q, kv, out, 0, 0, n_heads, group, head_dim, attn::kLog2e / sqrtf(float(head_dim)), tiles);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -361,13 +358,8 @@ bool attention_prefill_varlen_ok(const bf16* q, KvLayout kv, const bf16* out, in
   return kv.paged() && !kv.quantized() && mma_ok(q, kv, out, head_dim);
 }
 
-int prefill_varlen_min_blocks() {
-  static const int blocks = env_int("KILN_PREFILL_VARLEN_BLOCKS", 2);
-  return blocks;
-}
-
 void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
-                              int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream, int min_blocks) {
+                              int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
   check_prefill_args(kv, 0, 0, n_heads, n_kv_heads, head_dim);
   KILN_CUDA_REQUIRE(attention_prefill_varlen_ok(q, kv, out, head_dim),
                     "attention_prefill_varlen: needs paged K/V and 16-byte aligned q, out, K/V and strides");
@@ -376,8 +368,6 @@ void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const Prefi
   const int group = n_heads / n_kv_heads;
   if (head_dim <= 64)
     launch_prefill_varlen<64>(q, kv, out, tiles, n_tiles, n_heads, group, head_dim, stream);
-  else if ((min_blocks > 0 ? min_blocks : prefill_varlen_min_blocks()) >= 3)
-    launch_prefill_varlen<128, 3>(q, kv, out, tiles, n_tiles, n_heads, group, head_dim, stream);
   else
     launch_prefill_varlen<128>(q, kv, out, tiles, n_tiles, n_heads, group, head_dim, stream);
 }
