@@ -5,10 +5,12 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cuda/driver_entry_point.h"
+
 namespace kiln::cuda {
 
-// The driver entry points green contexts need: CUDA 12.4's, and 12.5's stream constructor. Each is
-// asked for at the version that introduced it (a lookup at an older version fails for it).
+// The driver entry points green contexts need (driver_entry_point.h): CUDA 12.4's, and 12.5's
+// stream constructor.
 struct SmSplit::Driver {
   decltype(&cuDeviceGetDevResource) get_resource = nullptr;
   decltype(&cuDevSmResourceSplitByCount) split = nullptr;
@@ -24,15 +26,9 @@ struct SmSplit::Driver {
     static const Driver d = [] {
       Driver r;
       auto load = [&r](const char* name, auto& fn, unsigned version = 12040) {
-        void* p = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-          r.missing = name;
-          return false;
-        }
-        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
-        return true;
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(driver_entry_point(name, version));
+        if (!fn) r.missing = name;
+        return fn != nullptr;
       };
       r.ok = load("cuDeviceGetDevResource", r.get_resource) && load("cuDevSmResourceSplitByCount", r.split) &&
              load("cuDevResourceGenerateDesc", r.describe) && load("cuGreenCtxCreate", r.create) &&

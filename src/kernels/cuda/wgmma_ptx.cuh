@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "backend/cuda/driver_entry_point.h"
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KILN_WGMMA_DEVICE 1
 #endif
@@ -244,12 +246,7 @@ struct PairClusterLaunch {
 // has none.
 using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
 inline EncodeTiled tensor_map_encoder() {
-  static EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-    return (e == cudaSuccess && q == cudaDriverEntryPointSuccess) ? reinterpret_cast<EncodeTiled>(p) : nullptr;
-  }();
+  static const EncodeTiled fn = reinterpret_cast<EncodeTiled>(driver_entry_point("cuTensorMapEncodeTiled", 12000));
   return fn;
 }
 
