@@ -246,8 +246,8 @@ void attention_decode_q8_slices(const bf16* q, const KvLayout& kv, const int32_t
     const float scale_log2 = attn::kLog2e / sqrtf(float(head_dim));
     // The comparisons, each the same bits: KILN_ATTN_Q8_RUNS=0 the per-row addressing everywhere,
     // KILN_ATTN_Q8_LAZY_RESCALE=0 the rescale in every slice (attention_q8_slice_tile.cuh).
-    static const bool runs_on = env_int("KILN_ATTN_Q8_RUNS", 1) != 0;
-    static const bool lazy_on = env_int("KILN_ATTN_Q8_LAZY_RESCALE", 1) != 0;
+    static const bool runs_on = env_switch_on("KILN_ATTN_Q8_RUNS");
+    static const bool lazy_on = env_switch_on("KILN_ATTN_Q8_LAZY_RESCALE");
     auto launch = [&](auto runs) {
       constexpr bool R = decltype(runs)::value;
       const GroupOccupancy& occ = q8_slices_occupancy<D, P, F, S, B, R>();

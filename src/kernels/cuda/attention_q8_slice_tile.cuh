@@ -61,7 +61,8 @@ __device__ __forceinline__ int vchunk(int r, int c) {
 
 // Four bytes (b0..b3) -> f16 pairs (b0, b1) and (b2, b3), exactly.
 //   int8: 0x6400 | (b ^ 0x80) is the f16 1024 + (b + 128); minus 1152 is b.
-//   fp8:  cvt.rn.f16x2.e4m3x2 on each 16-bit half (sm_89+; mma_frag.cuh's e4m3x4_to_f16x2x2, with an integer form for sm_80).
+//   fp8:  cvt.rn.f16x2.e4m3x2 on each 16-bit half (sm_89+; mma_frag.cuh's e4m3x4_to_f16x2x2, with an
+//         integer form for sm_80).
 template <KvQuant F>
 __device__ __forceinline__ void bytes_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
   if constexpr (F == KvQuant::int8) {
@@ -138,9 +139,10 @@ __device__ __forceinline__ void pair_keys(const uint32_t (&a)[D / 32], const uin
 }
 
 // One slice: kraw = K bytes (16, D) with chunks placed by attn_q8::kchunk<D, 2>, vraw = V bytes with
-// chunks placed by vchunk, sk / sv the 16 keys' scales; n_keys valid keys (kMask: < 16); heads >= group
-// are padding (group <= 0: rescale every slice, the comparison for the skip below). m, l: running max (raw scores) and this lane's partial sum for heads 2t, 2t + 1; o: O^T (D/16
-// tiles of (16 dims, 8 heads), C layout). q_up: load_qt_frags's factor.
+// chunks placed by vchunk, sk / sv the 16 keys' scales; n_keys valid keys (kMask: < 16); heads >=
+// group are padding (group <= 0: rescale every slice, the comparison for the skip below). m, l:
+// running max (raw scores) and this lane's partial sum for heads 2t, 2t + 1; o: O^T (D/16 tiles of
+// (16 dims, 8 heads), C layout). q_up: load_qt_frags's factor.
 template <int D, KvQuant F, bool kMask>
 __device__ __forceinline__ void attend_slice(const uint32_t (&qb)[D / 16][2], float q_up, const uint8_t* kraw,
                                              const uint8_t* vraw, const float* sk, const float* sv, int n_keys,
