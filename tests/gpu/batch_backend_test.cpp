@@ -383,7 +383,7 @@ TEST_P(GpuBatch, DeviceArgmaxMatchesFullLogits) {
 }
 
 // The greedy head (session 34): a step with more than 256 wanted rows, all greedy, takes the head
-// GEMM that picks the ids in its epilogue and writes no logits (Impl::enqueue_head_argmax). A
+// GEMM that picks the ids in its epilogue and writes no logits (Impl::enqueue_head's GreedyHead). A
 // vocabulary of 32000 makes the plan take its tiles. The ids must be the argmax of the logits of
 // the same step on a second pool, for a step of 300 prompts and two steps of 300 decodes (eager:
 // more than 256 entries), and no logits come back.

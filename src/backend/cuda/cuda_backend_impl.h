@@ -507,32 +507,36 @@ struct CudaBackend::Impl {
     return profile::Cost{double(positions * c.kv_dim()) * 2 * (1 + 2) + double(positions * c.n_kv_heads) * 2 * 4, 0};
   }
 
-  // Final norm and lm_head of n_out residual rows starting at x_rows: a.logits (n_out, vocab).
-  void enqueue_head(const cuda_backend::Activations& a, float* x_rows, int64_t n_out) {
-    const int64_t H = c.hidden_size;
-    op("rmsnorm", profile::rmsnorm(n_out, H),
-       [&] { cuda::rmsnorm(x_rows, nullptr, final_norm.data(), a.xn, n_out, H, c.rms_eps, s()); });
-    linear("lm_head", a, a.xn, output_weight(), nullptr, a.logits, OutMode::store_f32, n_out);
-  }
-  // The greedy head (session 34): the final norm, then lm_head and the argmax in one GEMM whose
-  // epilogue keeps each row's best column (matmul.h's gemm_argmax) into ids (n_out), no logits.
-  // head_argmax_ok: where it runs (a bf16 head, the rows and shapes gemm_argmax takes); parts:
-  // cuda::gemm_argmax_parts(n_out, vocab) pairs of scratch.
+  // The greedy head (session 34): lm_head and the argmax in one GEMM whose epilogue keeps each row's
+  // best column (matmul.h's gemm_argmax), no logits. head_argmax_ok: where it runs (a bf16 head, the
+  // rows and shapes gemm_argmax takes). parts: cuda::gemm_argmax_parts(rows, vocab) pairs of scratch.
+  struct GreedyHead {
+    float2* parts;
+    int32_t* ids;  // (rows) out
+  };
   bool head_argmax_ok(const cuda_backend::Activations& a, int64_t n_out) const {
     const cuda::QWeight w = output_weight();
     return w.format == QuantFormat::none &&
            cuda::gemm_argmax_ok(a.xn, static_cast<const bf16*>(w.data), n_out, w.rows, w.cols);
   }
-  void enqueue_head_argmax(const cuda_backend::Activations& a, float* x_rows, int64_t n_out, float2* parts,
-                           int32_t* ids) {
+
+  // Final norm and lm_head of n_out residual rows starting at x_rows: a.logits (n_out, vocab), or
+  // with `greedy` (where head_argmax_ok) only each row's id.
+  void enqueue_head(const cuda_backend::Activations& a, float* x_rows, int64_t n_out,
+                    const GreedyHead* greedy = nullptr) {
     const int64_t H = c.hidden_size;
     op("rmsnorm", profile::rmsnorm(n_out, H),
        [&] { cuda::rmsnorm(x_rows, nullptr, final_norm.data(), a.xn, n_out, H, c.rms_eps, s()); });
     const cuda::QWeight w = output_weight();
+    if (!greedy) {
+      linear("lm_head", a, a.xn, w, nullptr, a.logits, OutMode::store_f32, n_out);
+      return;
+    }
     // Out: one 8-byte pair a row per 256 columns; the ids' reduction is in the same op.
     op("lm_head+argmax.gemm", profile::linear(n_out, w.rows, w.cols, 8.0 / double(cuda::kGemmArgmaxTileCols), {}),
        [&] {
-         KILN_CHECK(cuda::gemm_argmax(a.xn, static_cast<const bf16*>(w.data), parts, ids, n_out, w.rows, w.cols, s()),
+         KILN_CHECK(cuda::gemm_argmax(a.xn, static_cast<const bf16*>(w.data), greedy->parts, greedy->ids, n_out, w.rows,
+                                      w.cols, s()),
                     internal, "gemm_argmax refused rows it takes");
        });
   }

@@ -183,7 +183,7 @@ class CudaKvPool final : public KvPool {
 // (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
 // (the argmax kernel, or sample_rows where an entry asked for device sampling) and only the rows of
 // the other entries are copied; otherwise every row is. ids_ready: the greedy head already wrote every
-// row's id (Impl::enqueue_head_argmax; every row greedy, no logits on the device).
+// row's id (Impl::enqueue_head with a GreedyHead; every row greedy, no logits on the device).
 void copy_out(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, const std::vector<size_t>& row_entries,
               float* device_logits, int64_t vocab, std::vector<float>& logits, std::vector<int32_t>* argmax,
               bool ids_ready = false) {
@@ -517,8 +517,9 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     if (entries[e].want_logits) row_entries.push_back(e);
   // Every wanted row greedy (the common case of a large decode step): the head's GEMM picks the ids
   // itself and writes no logits (session 34; KILN_HEAD_ARGMAX=0 for the logits and the argmax kernel).
-  bool greedy_head = argmax != nullptr && R > 0 && m.head_argmax_ok(a, R);
+  bool greedy_head = argmax != nullptr && R > 0;
   for (size_t e : row_entries) greedy_head &= entries[e].greedy && entries[e].sampling == nullptr;
+  greedy_head = greedy_head && m.head_argmax_ok(a, R);
   if (R > 0) {
     // The head reads the wanted rows in place where they are the step's rows in order (a step of
     // decodes only, every row wanted: 33 MB not copied at 2048 rows), else their gathered copy.
@@ -527,12 +528,12 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     float* x_rows = in_place ? a.x : a.xg;
     if (!in_place)
       m.op("gather_rows", profile::Cost{}, [&] { cuda::gather_rows(a.x, meta + ml.rows, a.xg, R, H, m.s()); });
+    Impl::GreedyHead greedy{};
     if (greedy_head) {
-      float2* parts = pool.argmax.head_parts(R, cuda::gemm_argmax_parts(R, vocab));
-      m.enqueue_head_argmax(a, x_rows, R, parts, pool.argmax.ids.data());
-    } else {
-      m.enqueue_head(a, x_rows, R);
+      float2* parts = pool.argmax.head_parts(R, cuda::gemm_argmax_parts(R, vocab));  // first: it may grow ids
+      greedy = {parts, pool.argmax.ids.data()};
     }
+    m.enqueue_head(a, x_rows, R, greedy_head ? &greedy : nullptr);
   }
   copy_out(m, pool, entries, row_entries, a.logits, vocab, logits, argmax, greedy_head);
   if (m.profiling) m.collect_timings();

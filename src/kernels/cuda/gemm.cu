@@ -495,7 +495,7 @@ bool gemm_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int64_t in
 
 bool gemm_argmax_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K) {
   static const bool on = env_switch_on("KILN_HEAD_ARGMAX");
-  if (!on || M <= kSplitKMaxRows || gemm_default_version() != 5 || N >= (int64_t(1) << 31)) return false;
+  if (!on || M <= kSplitKMaxRows || gemm_default_version() != 5) return false;
   return gemm_wgmma_argmax_can_run(x, w, M, N, K);
 }
 

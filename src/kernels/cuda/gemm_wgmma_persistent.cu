@@ -533,7 +533,9 @@ bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int6
 }
 
 bool gemm_wgmma_argmax_can_run(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K) {
-  if (!wgmma_shape_ok(x, w, M, N, K) || ceil_div(M, P_BM) * ceil_div(N, 128) >= (int64_t(1) << 31)) return false;
+  // The epilogue's column ids are ints.
+  if (!wgmma_shape_ok(x, w, M, N, K) || N >= (int64_t(1) << 31)) return false;
+  if (ceil_div(M, P_BM) * ceil_div(N, 128) >= (int64_t(1) << 31)) return false;
   const int sms = device_sms();
   // Only where the store_f32 head would run the same 128x256 register-store tiles (config 3): the
   // same products, so the same ids as the argmax kernel over its logits.

@@ -27,22 +27,19 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // larger float -> larger key
 }
 
-// (value, index) "better": argmax_order.cuh's order (larger value, then smaller index; NaN loses).
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return argmax_better(v, i, bv, bi); }
-
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ logits, int64_t vocab,
                                                           int32_t* __restrict__ out) {
   __shared__ float sv[32];
   __shared__ int si[32];
   const float* row = logits + int64_t(blockIdx.x) * vocab;
   float bv = NAN;
-  int bi = 0x7fffffff;
+  int bi = kArgmaxNoIndex;
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    if (better(row[i], int(i), bv, bi)) bv = row[i], bi = int(i);
+    if (argmax_better(row[i], int(i), bv, bi)) bv = row[i], bi = int(i);
   for (int off = 16; off > 0; off >>= 1) {
     float ov = __shfl_xor_sync(0xffffffffu, bv, off);
     int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    if (argmax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
   }
   if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
   __syncthreads();
@@ -51,9 +48,9 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restric
     for (int off = 16; off > 0; off >>= 1) {
       float ov = __shfl_xor_sync(0xffffffffu, bv, off);
       int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+      if (argmax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    if (threadIdx.x == 0) out[blockIdx.x] = bi == kArgmaxNoIndex ? 0 : bi;
   }
 }
 
@@ -63,13 +60,13 @@ __device__ __forceinline__ void block_best(float& bv, int& bi, float* sv, int* s
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    if (argmax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
   }
   if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
   __syncthreads();
   bv = sv[0], bi = si[0];
   for (int w = 1; w < kBlock / 32; ++w)
-    if (better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
+    if (argmax_better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
   __syncthreads();  // sv / si may be reused
 }
 
@@ -88,7 +85,7 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const float
   const float* r = logits + int64_t(row) * vocab;
   const int64_t chunk = (vocab + splits - 1) / splits, begin = split * chunk, end = min(vocab, begin + chunk);
   float bv = NAN;
-  int bi = 0x7fffffff;
+  int bi = kArgmaxNoIndex;
   for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kSplitThreads * kSplitUnroll) {
     float v[kSplitUnroll];
 #pragma unroll
@@ -98,7 +95,7 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const float
     }
 #pragma unroll
     for (int u = 0; u < kSplitUnroll; ++u)
-      if (better(v[u], int(i0 + u * kSplitThreads), bv, bi)) bv = v[u], bi = int(i0 + u * kSplitThreads);
+      if (argmax_better(v[u], int(i0 + u * kSplitThreads), bv, bi)) bv = v[u], bi = int(i0 + u * kSplitThreads);
   }
   block_best<kSplitThreads>(bv, bi, sv, si);
   const int slot = row * kArgmaxMaxSplits + split;
@@ -112,14 +109,14 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const float
   if (!last) return;
   __threadfence();
   bv = NAN;
-  bi = 0x7fffffff;
+  bi = kArgmaxNoIndex;
   if (int(threadIdx.x) < splits) {
     bv = __ldcg(ws.values + row * kArgmaxMaxSplits + threadIdx.x);
     bi = __ldcg(ws.ids + row * kArgmaxMaxSplits + threadIdx.x);
   }
   block_best<kSplitThreads>(bv, bi, sv, si);
   if (threadIdx.x == 0) {
-    out[row] = bi == 0x7fffffff ? 0 : bi;
+    out[row] = bi == kArgmaxNoIndex ? 0 : bi;
     ws.tickets[row] = 0;  // ready for the next call (the next kernel in the stream sees it)
   }
 }
@@ -182,7 +179,7 @@ __device__ int top_candidates(const float* row, int64_t vocab, int k, float* cv,
 
   if (threadIdx.x == 0) n_gt = 0;
   cv[threadIdx.x] = -INFINITY;
-  ci[threadIdx.x] = 0x7fffffff;
+  ci[threadIdx.x] = kArgmaxNoIndex;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {  // fewer than k keys are > T
     const float v = row[i];
@@ -222,7 +219,7 @@ __device__ int top_candidates(const float* row, int64_t vocab, int k, float* cv,
       const int i = threadIdx.x, j = i ^ stride;
       if (j > i) {
         const bool desc = (i & size) == 0;
-        if (better(cv[j], ci[j], cv[i], ci[i]) == desc) {
+        if (argmax_better(cv[j], ci[j], cv[i], ci[i]) == desc) {
           const float tv = cv[i];
           const int ti = ci[i];
           cv[i] = cv[j], ci[i] = ci[j];
@@ -262,14 +259,14 @@ __global__ void __launch_bounds__(kThreads)
 
   // The top logit (lowest id on ties), for greedy and as the softmax's reference.
   float bv = NAN;
-  int bi = 0x7fffffff;
+  int bi = kArgmaxNoIndex;
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    if (better(row[i], int(i), bv, bi)) bv = row[i], bi = int(i);
+    if (argmax_better(row[i], int(i), bv, bi)) bv = row[i], bi = int(i);
   block_best(bv, bi, sv, si);
   // Greedy, an empty or all-NaN row, a +inf top (every other weight is 0), or an all -inf row:
   // the argmax is the answer.
-  if (p.temperature <= 0.0f || bi == 0x7fffffff || !(bv > -INFINITY) || !(bv < INFINITY)) {
-    if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+  if (p.temperature <= 0.0f || bi == kArgmaxNoIndex || !(bv > -INFINITY) || !(bv < INFINITY)) {
+    if (threadIdx.x == 0) out[blockIdx.x] = bi == kArgmaxNoIndex ? 0 : bi;
     return;
   }
   const float top = bv, inv_t = 1.0f / p.temperature;
@@ -329,15 +326,15 @@ __global__ void __launch_bounds__(kThreads)
   }
   // Gumbel-max over the row: argmax of z_i + g_i among z_i = (logit - top) / T >= log(min_p).
   bv = NAN;
-  bi = 0x7fffffff;
+  bi = kArgmaxNoIndex;
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
     const float z = (row[i] - top) * inv_t;
     if (!(z >= log_floor)) continue;  // NaN logits too
     const float key = z + sample_gumbel(p.seed, p.counter, i);
-    if (better(key, int(i), bv, bi)) bv = key, bi = int(i);
+    if (argmax_better(key, int(i), bv, bi)) bv = key, bi = int(i);
   }
   block_best(bv, bi, sv, si);
-  if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+  if (threadIdx.x == 0) out[blockIdx.x] = bi == kArgmaxNoIndex ? 0 : bi;
 }
 
 // The head GEMM's partials (gemm_argmax, matmul.h): a warp a row over its (value, id) pairs, one
@@ -354,12 +351,12 @@ __global__ void __launch_bounds__(kPartsWarps * 32) argmax_parts_kernel(const fl
   int bi = kArgmaxNoIndex;
   for (int i = lane; i < per_row; i += 32) {
     const float2 v = p[i];
-    if (better(v.x, __float_as_int(v.y), bv, bi)) bv = v.x, bi = __float_as_int(v.y);
+    if (argmax_better(v.x, __float_as_int(v.y), bv, bi)) bv = v.x, bi = __float_as_int(v.y);
   }
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    if (argmax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
   }
   if (lane == 0) out[row] = bi == kArgmaxNoIndex ? 0 : bi;
 }
