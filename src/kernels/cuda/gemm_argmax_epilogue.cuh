@@ -1,4 +1,4 @@
-// The greedy head's epilogue (gemm_wgmma_persistent.cu, config PCfgCo256Argmax; session 34): a
+// The greedy head's epilogue (gemm_wgmma_persistent_kernel.cuh, PCfgCo256Argmax; session 34): a
 // consumer warpgroup's (64, BN) fp32 accumulator block is reduced to one (value, id) pair per row,
 // the row's best column of this tile in argmax_order.cuh's order, written to parts[row][tile].
 // argmax_parts (sampling.h) then picks each row's best tile. Why: at 2048 decoding rows the head's

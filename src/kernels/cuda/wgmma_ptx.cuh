@@ -106,7 +106,8 @@ __device__ __forceinline__ void fence_acc(float* d) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 // Named barrier `id` (1..15; 0 is __syncthreads) over `count` threads: sync waits for all of them,
-// arrive counts this thread in without waiting (the ping-pong consumers' hand-over, gemm_wgmma_persistent.cu).
+// arrive counts this thread in without waiting (the ping-pong consumers' hand-over,
+// gemm_wgmma_persistent_kernel.cuh).
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
