@@ -83,6 +83,7 @@ void run(ThroughputOptions o) {
   std::mutex mutex;
   std::condition_variable all_done;
   int remaining = o.num_prompts, failed = 0;
+  std::string first_error;  // what the first failed request said (the run's error names it)
   std::atomic<int64_t> output_tokens{0};
   std::atomic<int32_t> peak_blocks{0}, peak_running{0};
   const auto t0 = std::chrono::steady_clock::now();
@@ -91,7 +92,9 @@ void run(ThroughputOptions o) {
       if (ev.token >= 0) ++output_tokens;
       if (!ev.finished) return;
       std::lock_guard lock(mutex);
-      failed += ev.finish_reason == "error" || ev.finish_reason == "cancelled";
+      const bool bad = ev.finish_reason == "error" || ev.finish_reason == "cancelled";
+      if (bad && first_error.empty()) first_error = ev.error.empty() ? ev.finish_reason : ev.error;
+      failed += bad;
       if (--remaining == 0) all_done.notify_all();
     });
   }
@@ -124,7 +127,7 @@ void run(ThroughputOptions o) {
   fmt::print("Engine: {:.3f} s in forward passes ({:.1f}% of wall), {:.3f} s of host-only step time ({:.1f}%)\n",
              s.forward_seconds_total, 100 * s.forward_seconds_total / seconds, s.host_seconds_total,
              100 * s.host_seconds_total / seconds);
-  KILN_CHECK(failed == 0, internal, "{} requests failed", failed);
+  KILN_CHECK(failed == 0, internal, "{} requests failed; the first: {}", failed, first_error);
   if (!o.json.empty()) {
     nlohmann::json j = {{"model", target.label},
                         {"backend", backend.name()},

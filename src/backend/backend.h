@@ -103,6 +103,13 @@ class Backend {
   // The KV pool size an engine gets when the user names none: 1 GiB of host memory on the CPU;
   // a GPU backend returns gpu_memory_fraction of its free device memory.
   virtual int64_t default_kv_cache_bytes(double gpu_memory_fraction) const;
+  // Device memory a step of up to max_tokens tokens and max_seqs sequences allocates besides the
+  // pool (its activations): the engine takes it out of the default pool size first, so the first
+  // large step does not run out of memory the pool took (0 on the CPU, whose pool is host memory).
+  virtual int64_t step_memory_bytes(int64_t max_tokens, int64_t max_seqs) const {
+    (void)max_tokens, (void)max_seqs;
+    return 0;
+  }
   // Runs every entry's tokens, writing their K/V into the pool, and sets logits to one row of
   // vocab_size floats per entry with want_logits, in entry order. Checks the request for every
   // backend alike (tokens in the vocabulary, block tables covering the positions with ids inside

@@ -327,7 +327,11 @@ Engine::Engine(Backend& backend, EngineOptions options) : impl_(std::make_unique
              "gpu memory fraction must be in (0, 1], got {}", o.gpu_memory_fraction);
   int32_t blocks = o.num_kv_blocks;
   if (blocks <= 0) {
-    const int64_t bytes = o.kv_cache_bytes > 0 ? o.kv_cache_bytes : backend.default_kv_cache_bytes(o.gpu_memory_fraction);
+    // The default: the fraction of free memory less what the largest step's activations will take.
+    const int64_t bytes =
+        o.kv_cache_bytes > 0 ? o.kv_cache_bytes
+                             : backend.default_kv_cache_bytes(o.gpu_memory_fraction) -
+                                   backend.step_memory_bytes(o.max_batched_tokens, o.max_num_seqs);
     blocks = backend.kv_blocks_for_budget(bytes, o.block_size);
   }
   KILN_CHECK(blocks > 0, invalid_argument, "the KV cache budget holds no block of {} tokens ({} bytes a token)",

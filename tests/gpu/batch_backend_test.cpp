@@ -525,6 +525,14 @@ TEST(GpuBatchInput, MemoryQueriesAndPoolSizing) {
   EXPECT_LE(half, total_b / 2);
   EXPECT_THROW(g->default_kv_cache_bytes(0.0), Error);
   EXPECT_THROW(g->default_kv_cache_bytes(1.5), Error);
+  // The largest step's activations, reserved by the engine before it sizes its pool: logits for
+  // the sequences' rows only (8 sequences: 8 rows, not one a token).
+  const int64_t step_small = g->step_memory_bytes(512, 8), step_tokens = g->step_memory_bytes(16384, 8);
+  const int64_t step_all_rows = g->step_memory_bytes(16384, 16384);
+  EXPECT_GT(step_small, 0);
+  EXPECT_GT(step_tokens, step_small);
+  EXPECT_EQ(step_all_rows - step_tokens, (16384 - 16) * (c.vocab_size * 4 + c.hidden_size * 4))
+      << "logits and the gathered residual: one row a sequence (16 at least)";
   EXPECT_EQ(g->kv_bytes_per_element(), 2);
   EXPECT_EQ(g->kv_bytes_per_token(), 2 * c.n_layers * c.kv_dim() * 2);
   const int32_t blocks = g->kv_blocks_for_budget(64ll << 20, 16);

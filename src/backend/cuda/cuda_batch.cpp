@@ -127,10 +127,13 @@ class CudaKvPool final : public KvPool {
 
   // ---- per-step buffers: grow only; growing drops the graphs that hold the old addresses ----
   // act_quant_cols: room for per-token fp8 activations (Impl::act_quant_cols, 0 without fp8 weights).
-  void ensure_rows(const ModelConfig& c, int64_t rows, int64_t act_quant_cols) {
-    if (act.rows >= rows) return;
+  // logit_rows: the step's rows with logits (its wanted rows, at most one an entry).
+  void ensure_rows(const ModelConfig& c, int64_t rows, int64_t logit_rows, int64_t act_quant_cols) {
+    if (act.rows >= rows && act.logit_rows >= logit_rows) return;
     drop_graphs();
-    act.allocate(c, std::max<int64_t>(16, pow2_at_least(rows)), 0, true, act_quant_cols);
+    const int64_t r = std::max({int64_t(16), pow2_at_least(rows), act.rows});
+    const int64_t l = std::max({int64_t(16), pow2_at_least(logit_rows), act.logit_rows});
+    act.allocate(c, r, 0, true, act_quant_cols, std::min(l, r));
   }
   void ensure_meta(int64_t n) {
     host_meta.grow(size_t(n));
@@ -318,7 +321,7 @@ void decode_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries,
   const int64_t E = int64_t(entries.size()), B = pow2_at_least(E), bs = pool.block_size(), vocab = c.vocab_size;
   const int64_t S = pow2_at_least(std::max(S_needed, (kMinGraphPositions + bs - 1) / bs));
   const MetaLayout ml(B, B, 0, B, S);
-  pool.ensure_rows(c, B, m.act_quant_cols());
+  pool.ensure_rows(c, B, B, m.act_quant_cols());
   pool.ensure_workspace(cuda::decode_workspace_floats(B, int(c.n_heads), int(c.head_dim), S * bs));
   pool.ensure_meta(ml.total);
 
@@ -400,7 +403,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   const ModelConfig& c = m.c;
   const int64_t E = int64_t(entries.size()), R = int64_t(p.logit_rows.size()), vocab = c.vocab_size;
   const int64_t q_dim = c.q_dim(), H = c.hidden_size;
-  pool.ensure_rows(c, p.M, m.act_quant_cols());
+  pool.ensure_rows(c, p.M, R, m.act_quant_cols());
   // The check reads only the pool's addresses and that a table is set (meta may not exist yet).
   static const int32_t probe_table = 0;
   // A quantized pool's chunks read a compact bf16 copy of their positions (kv_dequantize_rows, one
@@ -583,6 +586,14 @@ int64_t CudaBackend::default_kv_cache_bytes(double gpu_memory_fraction) const {
   KILN_CHECK(gpu_memory_fraction > 0 && gpu_memory_fraction <= 1, invalid_argument,
              "gpu memory fraction must be in (0, 1], got {}", gpu_memory_fraction);
   return int64_t(gpu_memory_fraction * double(free_device_memory()));
+}
+
+int64_t CudaBackend::step_memory_bytes(int64_t max_tokens, int64_t max_seqs) const {
+  // What CudaKvPool::ensure_rows allocates for the largest step (the decode workspace and the
+  // metadata, a few MB, ride in the fraction of free memory left unused).
+  const int64_t rows = std::max<int64_t>(16, pow2_at_least(std::max<int64_t>(max_tokens, 1)));
+  const int64_t logit_rows = std::min(rows, std::max<int64_t>(16, pow2_at_least(std::max<int64_t>(max_seqs, 1))));
+  return int64_t(cuda_backend::Activations::layout(impl_->c, rows, logit_rows, 0, true, impl_->act_quant_cols()).total);
 }
 
 int64_t CudaBackend::free_device_memory() {
