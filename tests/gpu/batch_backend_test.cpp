@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/gemm_wgmma.h"
+#include "kernels/cuda/matmul.h"
 #include "gpu_test_models.h"
 #include "kiln/error.h"
 #include "model/random_weights.h"
@@ -426,6 +427,55 @@ TEST(GpuBatchGreedyHead, IdsMatchFullLogits) {
   EXPECT_EQ(plain, 3);  // every logits step
   // Every greedy step where the kernel can run (sm_90a); elsewhere the logits and the argmax kernel.
   EXPECT_EQ(fused, cuda::gemm_wgmma_available() ? 3 : 0);
+}
+
+// The qkv GEMM with RoPE in its epilogue (session 35): a mixed step of 2800 prompt rows with
+// q_dim 1024 and kv_dim 256 (whole 256-column tiles) takes it on a 132-SM Hopper (H100 SXM, H200:
+// the plan's 128x256 tiles at that M). Its logits, and the next decode step's (which reads the K/V
+// it wrote), must be the bits of the same steps with the switch off (rope_qkv_slots after the
+// GEMM), with a bf16 and an fp8 cache.
+TEST(GpuBatchQkvRope, StepsMatchGemmThenRope) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = batch_llama();
+  c.name = "batch-qkv-rope";
+  c.hidden_size = 512;
+  c.intermediate_size = 1024;
+  c.n_layers = 2;
+  c.n_heads = 16;
+  c.n_kv_heads = 4;
+  c.context_length = 2048;
+  const int64_t V = c.vocab_size;
+  for (KvCacheFormat f : {KvCacheFormat::native, KvCacheFormat::fp8}) {
+    SCOPED_TRACE(testing::Message() << "cache " << (f == KvCacheFormat::fp8 ? "fp8" : "bf16"));
+    auto g = CudaBackend::random(c, 11, 0.05f);
+    g->set_kv_cache_format(f);
+    g->set_profiling(true);  // to see which qkv ran
+    auto pa = g->new_kv_pool(400, 16), pb = g->new_kv_pool(400, 16);
+    Blocks blocks(400, 16, 2, 9);
+    std::vector<Step> prefill = {{0, prompt(1400, V, 1), 0, true}, {1, prompt(1400, V, 2), 0, true}};
+    std::vector<Step> decode = {{0, {7}, 1400, true}, {1, {9}, 1400, true}};
+    const std::vector<BatchEntry> e1 = entries_of(prefill, blocks), e2 = entries_of(decode, blocks);
+    std::vector<float> fused[2], plain[2];
+    cuda::set_gemm_rope_kv_enabled(true);
+    g->forward_batch(*pa, e1, fused[0]);
+    g->forward_batch(*pa, e2, fused[1]);
+    cuda::set_gemm_rope_kv_enabled(false);
+    g->forward_batch(*pb, e1, plain[0]);
+    g->forward_batch(*pb, e2, plain[1]);
+    cuda::set_gemm_rope_kv_enabled(true);
+    ASSERT_EQ(fused[0].size(), 2 * size_t(V));
+    EXPECT_EQ(fused[0], plain[0]) << "the prefill step's logits";
+    EXPECT_EQ(fused[1], plain[1]) << "the decode step's logits (attention over the K/V the prefill wrote)";
+    int64_t roped = 0, rope_kernel = 0;
+    for (const KernelStat& st : g->kernel_stats()) {
+      if (st.name == "qkv+rope.gemm") roped = st.calls;
+      if (st.name == "rope_qkv") rope_kernel = st.calls;
+    }
+    if (cuda::gemm_wgmma_available()) {
+      EXPECT_EQ(roped, c.n_layers) << "the fused GEMM ran for the prefill step";
+    }
+    EXPECT_EQ(rope_kernel, 4 * c.n_layers - roped);  // every other step's layers: both decode steps, the switched-off prefill
+  }
 }
 
 TEST_P(GpuBatch, ProfilingCoversBatchSteps) {

@@ -117,11 +117,13 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized,
                                  m.norm_fold_for(seq.capacity())};
   const bool fused = n == 1 && m.fused_decode_ok();
+  // Prefill: the qkv GEMM rotates and writes K/V itself where it can (Impl::enqueue_qkv_rope).
+  const Impl::RopedRows roped_rows{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }};
   m.enqueue_layers(
       a, tokens, n,
-      [&](int64_t l) -> bool {
+      [&](int64_t l, bool roped) -> bool {
         const cuda::KvLayout kv = seq.layer(c, l);
-        if (!fused || !fused_decode.qkv) {  // unless the qkv GEMV rotated and wrote K/V itself
+        if (!roped && (!fused || !fused_decode.qkv)) {  // unless the qkv GEMV / GEMM rotated and wrote K/V
           m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
             cuda::rope_qkv(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
                            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
@@ -156,7 +158,7 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
         }
         return false;
       },
-      fused ? &fused_decode : nullptr);
+      fused ? &fused_decode : nullptr, &roped_rows);
   if (out_first < n) m.enqueue_head(a, a.x + out_first * c.hidden_size, n - out_first);
 }
 

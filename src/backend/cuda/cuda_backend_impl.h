@@ -361,14 +361,44 @@ struct CudaBackend::Impl {
     return use_norm_fold && max_kv_len > min_positions;
   }
 
-  // The embedding of n tokens (device ids) and every layer, in `a`. attend(l) runs between the
-  // qkv projection and the o projection: it rotates q/k of a.qkv by position, writes K/V into the
-  // cache and leaves the attention output in a.attn. With `fused` (n = 1), the qkv GEMV has done
-  // the rotation and the K/V write already, and attend(l) only attends. attend(l) returns true when
-  // it has run the o projection too (the fused attention + o kernel), false otherwise.
+  // Where the qkv GEMM with the RoPE epilogue (cuda::gemm_rope_kv, session 35) puts q and K/V for
+  // n tokens: their positions and, for a paged pool, their slots (device ints), and each layer's cache.
+  struct RopedRows {
+    const int32_t* positions = nullptr;
+    const int32_t* slots = nullptr;
+    std::function<cuda::KvLayout(int64_t layer)> kv_of;
+  };
+  // The qkv product of n tokens with RoPE and the K/V write in its epilogue, where the GEMM takes it
+  // (bf16 weights, Hopper, the shapes of gemm_rope_kv_ok); false where it does not (nothing enqueued).
+  bool enqueue_qkv_rope(const cuda_backend::Activations& a, const cuda_backend::DeviceLayer& L, int64_t l,
+                        const RopedRows& rows, int64_t n) {
+    if (L.w_qkv.format != QuantFormat::none) return false;
+    const int64_t H = c.hidden_size;
+    const cuda::RopeKvTarget target{rows.positions, rows.slots, inv_freq.data(), rope_table.data(), rope_positions,
+                                    c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
+                                    int(c.n_kv_heads), int(c.head_dim), a.q, rows.kv_of(l)};
+    if (!cuda::gemm_rope_kv_ok(a.xn, L.w_qkv.bf16_data(), n, H, target)) return false;
+    const bf16* bias = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
+    // The GEMM's weight and x bytes and FLOPs, and rope_qkv's writes (its qkv read never happens).
+    profile::Cost cost = profile::linear(n, qkv_dim(), H, 0, weight_widths(L.w_qkv.view()));
+    const profile::Cost rope = profile::rope_qkv(n, c);
+    cost += profile::Cost{rope.bytes - 2.0 * double(n) * double(qkv_dim()), rope.flops};
+    op("qkv+rope.gemm", cost, [&] {
+      KILN_CHECK(cuda::gemm_rope_kv(a.xn, L.w_qkv.bf16_data(), bias, target, n, H, s()), internal,
+                 "the qkv GEMM with RoPE refused operands it accepted");
+    });
+    return true;
+  }
+
+  // The embedding of n tokens (device ids) and every layer, in `a`. attend(l, roped) runs between
+  // the qkv projection and the o projection: unless roped, it rotates q/k of a.qkv by position,
+  // writes K/V into the cache; then it leaves the attention output in a.attn. With `fused` (n = 1),
+  // the qkv GEMV has done the rotation and the K/V write already; with `roped_rows`, the qkv GEMM
+  // has, where it could (roped = true). attend returns true when it has run the o projection too
+  // (the fused attention + o kernel), false otherwise.
   template <class Attend>
   void enqueue_layers(const cuda_backend::Activations& a, const int32_t* tokens, int64_t n, Attend&& attend,
-                      const FusedDecode* fused = nullptr) {
+                      const FusedDecode* fused = nullptr, const RopedRows* roped_rows = nullptr) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     op("embed", profile::embed(n, H), [&] { cuda::embed_gather(embed.data(), tokens, a.x, n, H, s()); });
     const bool fold = fused && fused->qkv && fused->fold_norms;
@@ -379,6 +409,7 @@ struct CudaBackend::Impl {
       // With the fold, the previous layer's down GEMV left this norm's z in a.xn.
       const bool qkv_folded = fold && l > 0;
       const bool qkv_in_ready = qkv_folded ? false : norm_for(a, L.attn_norm, L.w_qkv.view(), n);
+      bool roped = false;
       if (fused && fused->qkv) {
         const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
                                         c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
@@ -393,9 +424,10 @@ struct CudaBackend::Impl {
             cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s(), norm);
         });
       } else {
-        linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
+        roped = roped_rows && !qkv_in_ready && enqueue_qkv_rope(a, L, l, *roped_rows, n);
+        if (!roped) linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
-      const bool o_done = attend(l);
+      const bool o_done = attend(l, roped);
       if (!o_done && fold)
         linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
       else if (!o_done && !(n == 1 && (decode_probe() & kProbeSkipO)))

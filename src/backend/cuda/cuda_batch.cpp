@@ -300,18 +300,22 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
   Impl::FusedDecode fused_decode{meta + ml.positions, meta + ml.slots,
                                  [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }, !pool.quantized(),
                                  m.norm_fold_for(max_kv_len)};
+  // Large batches: the qkv GEMM rotates and writes K/V itself where it can (Impl::enqueue_qkv_rope).
+  const Impl::RopedRows roped_rows{meta + ml.positions, meta + ml.slots,
+                                   [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }};
   m.enqueue_layers(
       a, meta + ml.tokens, B,
-      [&](int64_t l) {
+      [&](int64_t l, bool roped) {
         const cuda::KvLayout kv = pool.layer(l, meta + ml.table, S);
-        if (!fused || !fused_decode.qkv) enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, B);
+        if (!roped && (!fused || !fused_decode.qkv))
+          enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, B);
         m.op("attention.decode", attn_cost, [&] {
           cuda::attention_decode(a.q, kv, meta + ml.kv_len, max_kv_len, a.attn, ws, B, int(c.n_heads),
                                  int(c.n_kv_heads), int(c.head_dim), m.s());
         });
         return false;  // the o projection is enqueue_layers'
       },
-      fused ? &fused_decode : nullptr);
+      fused ? &fused_decode : nullptr, &roped_rows);
   m.enqueue_head(a, a.x, B);
 }
 
@@ -473,9 +477,11 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   const cuda_backend::Activations& a = pool.act;
   const int32_t* meta = pool.meta.data();
   bf16* const compact_k = compact ? m.kv_scratch_for(compact_blocks * bs) : nullptr;  // K, then V
-  m.enqueue_layers(a, meta + ml.tokens, p.M, [&](int64_t l) {
+  const Impl::RopedRows roped_rows{meta + ml.positions, meta + ml.slots,
+                                   [&](int64_t l) { return pool.layer(l, meta + ml.table, p.S); }};
+  m.enqueue_layers(a, meta + ml.tokens, p.M, [&](int64_t l, bool roped) {
     const cuda::KvLayout kv = pool.layer(l, meta + ml.table, p.S);
-    enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, p.M);
+    if (!roped) enqueue_rope_slots(m, pool, kv, meta + ml.positions, meta + ml.slots, p.M);
     if (p.n_dec > 0) {
       m.op("attention.decode", dec_cost, [&] {
         cuda::attention_decode(a.q, kv, meta + ml.kv_len, p.max_dec_len, a.attn,
@@ -514,7 +520,7 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
       });
     }
     return false;
-  });
+  }, nullptr, &roped_rows);
   std::vector<size_t> row_entries;
   for (size_t e = 0; e < entries.size(); ++e)
     if (entries[e].want_logits) row_entries.push_back(e);

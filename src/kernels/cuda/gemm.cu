@@ -506,6 +506,27 @@ bool gemm_argmax(const bf16* x, const bf16* w, float2* parts, int32_t* ids, int6
   return true;
 }
 
+namespace {
+bool& gemm_rope_switch() {
+  static bool on = env_switch_on("KILN_GEMM_ROPE");
+  return on;
+}
+}  // namespace
+
+void set_gemm_rope_kv_enabled(bool on) { gemm_rope_switch() = on; }
+
+bool gemm_rope_kv_ok(const bf16* x, const bf16* w, int64_t M, int64_t K, const RopeKvTarget& t) {
+  if (!gemm_rope_switch() || M <= kSplitKMaxRows || gemm_default_version() != 5) return false;
+  return gemm_wgmma_rope_can_run(x, w, M, K, t);
+}
+
+bool gemm_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& t, int64_t M, int64_t K,
+                  cudaStream_t stream) {
+  if (!gemm_rope_kv_ok(x, w, M, K, t)) return false;
+  gemm_wgmma_rope(x, w, bias, t, M, K, stream);
+  return true;
+}
+
 void gemm(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
           cudaStream_t stream) {
   gemm_version(0, x, w, bias, y, mode, M, N, K, stream);

@@ -52,10 +52,12 @@ __device__ __forceinline__ float scaled(float acc, const AccScale& a, int h, flo
   return acc * a.sx[h] * w;
 }
 
+// The staging half of store_block_tma: the block's bf16 values in the boxes above, readable by the
+// warpgroup (and the TMA unit) when it returns. The qkv GEMM's RoPE epilogue reads them from there
+// (gemm_rope_epilogue.cuh) instead of storing them.
 template <int BN, int BOX, bool kScale = false>
-__device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, uint32_t sc, const CUtensorMap* map_y,
-                                                int64_t row0, int64_t n0, const bf16* bias, int64_t M, int64_t N,
-                                                const AccScale& as = {}) {
+__device__ __forceinline__ void stage_block_bf16(const float* d, int tid, int c, uint32_t sc, int64_t n0,
+                                                 const bf16* bias, int64_t N, const AccScale& as = {}) {
   static_assert(BOX == 64 || BOX == 32, "128B- or 64B-swizzled boxes");
   constexpr int kChunks = BOX / 8;                   // 16-byte chunks per staged row
   constexpr uint32_t kBoxBytes = 64 * BOX * 2;       // one (64, BOX) bf16 box
@@ -85,6 +87,14 @@ __device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, 
   }
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // st.shared -> the TMA unit's reads
   named_bar_sync(3 + c, 128);
+}
+
+template <int BN, int BOX, bool kScale = false>
+__device__ __forceinline__ void store_block_tma(const float* d, int tid, int c, uint32_t sc, const CUtensorMap* map_y,
+                                                int64_t row0, int64_t n0, const bf16* bias, int64_t M, int64_t N,
+                                                const AccScale& as = {}) {
+  constexpr uint32_t kBoxBytes = 64 * BOX * 2;
+  stage_block_bf16<BN, BOX, kScale>(d, tid, c, sc, n0, bias, N, as);
   if (tid == 0 && row0 < M) {
 #pragma unroll
     for (int b = 0; b < BN / BOX; ++b) {

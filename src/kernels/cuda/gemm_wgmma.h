@@ -4,6 +4,7 @@
 #include <cuda.h>  // CUtensorMap
 
 #include "kernels/cuda/common.h"
+#include "kernels/cuda/rope_kv_target.h"
 
 namespace kiln::cuda {
 
@@ -86,6 +87,16 @@ bool gemm_wgmma_swiglu(const bf16* x, const bf16* w_gu, bf16* h, int64_t M, int6
 bool gemm_wgmma_argmax_can_run(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);
 bool gemm_wgmma_argmax(const bf16* x, const bf16* w, float2* parts, int64_t M, int64_t N, int64_t K,
                        cudaStream_t stream);
+
+// The qkv projection with RoPE in its epilogue (session 35, gemm_rope_epilogue.cuh): x . W^T for
+// W = [Wq; Wk; Wv] ((q_dim + 2 kv_dim), K), no product stored; q rotated into t.q_out and K/V into
+// t.kv (bf16, or quantized per (token, KV head)) at t.position[i] / t.slot[i], the same bits as the
+// GEMM (config 4) then rope_qkv / rope_qkv_slots. can_run: sm_90a, the shape limits, full rotation,
+// head_dim 64 / 128 / 256, q_dim and kv_dim multiples of 256, the target's alignment, and the plan
+// picks config 4 for the plain product. The launch expects a target can_run accepted.
+bool gemm_wgmma_rope_can_run(const bf16* x, const bf16* w, int64_t M, int64_t K, const RopeKvTarget& t);
+void gemm_wgmma_rope(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& t, int64_t M, int64_t K,
+                     cudaStream_t stream);
 
 // Session 11: version 5's TMA-epilogue configurations with fp8 operands (W8A8: e4m3 x (M, K) and
 // W (N, K), one fp32 scale per x row in xs and per W row in ws, y = acc * xs[m] * ws[n] + bias, as

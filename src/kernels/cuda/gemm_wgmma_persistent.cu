@@ -112,7 +112,7 @@ int raster_group(int64_t m_tiles) {
 template <class C>
 void launch_persistent(const void* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N, int64_t K,
                        int sms, cudaStream_t stream, const CUtensorMap& mx, const CUtensorMap& my,
-                       const float* xs = nullptr, const float* ws = nullptr) {
+                       const float* xs = nullptr, const float* ws = nullptr, const RopeKvTarget& rope = {}) {
   static bool configured = false;  // raising the dynamic shared-memory limit once is enough
   if (!configured) {
     KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_persistent_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -130,7 +130,7 @@ void launch_persistent(const void* w, const bf16* bias, void* y, OutMode mode, i
   const int64_t m_tiles = (M + P_BM - 1) / P_BM, tiles = m_tiles * ((N + C::BN_OUT - 1) / C::BN_OUT);
   const unsigned grid = unsigned(std::min<int64_t>(tiles, sms));
   gemm_wgmma_persistent_kernel<C><<<grid, P_THREADS, C::kSmemBytes, stream>>>(
-      mx, mw, my, bias, y, mode, M, N, K, xs, ws, raster_group(m_tiles));
+      mx, mw, my, bias, y, mode, M, N, K, xs, ws, raster_group(m_tiles), rope);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -148,6 +148,9 @@ int probed_sms() {
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo224T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TSwiglu>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256Argmax>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TRope<KvQuant::none>>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TRope<KvQuant::int8>>),
+                    reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256TRope<KvQuant::fp8>>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo128T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo192T>),
                     reinterpret_cast<const void*>(gemm_wgmma_persistent_kernel<PCfgCo256Add>),
@@ -319,6 +322,46 @@ bool gemm_wgmma_argmax(const bf16* x, const bf16* w, float2* parts, int64_t M, i
   if (!wgmma_make_map(&mx, x, M, K, P_BM)) return false;
   launch_persistent<PCfgCo256Argmax>(w, nullptr, parts, OutMode::store_f32, M, N, K, device_sms(), stream, mx, unused);
   return true;
+}
+
+bool gemm_wgmma_rope_can_run(const bf16* x, const bf16* w, int64_t M, int64_t K, const RopeKvTarget& t) {
+  const int hd = t.head_dim;
+  const int64_t q_dim = int64_t(t.n_heads) * hd, kv_dim = int64_t(t.n_kv_heads) * hd, N = q_dim + 2 * kv_dim;
+  constexpr int kCols = rope_epilogue::kTileCols;
+  auto aligned = [](const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; };
+  // Every tile inside q, k or v and whole heads in it; the epilogue's 16-byte loads and stores.
+  if (!(hd == 64 || hd == 128 || hd == 256) || t.rot_dim != hd || q_dim % kCols != 0 || kv_dim % kCols != 0)
+    return false;
+  if (!t.position || !t.q_out || !aligned(t.q_out, 16) || t.kv.head_dim != hd) return false;
+  // By slot (a pool), or by position into a contiguous cache (sequence 0), as rope_qkv.
+  if (!t.slot && t.kv.paged()) return false;
+  if (t.kv.quantized()) {
+    if (!t.kv.k8 || !t.kv.v8 || !t.kv.k_scale || !t.kv.v_scale || !aligned(t.kv.k8, 8) || !aligned(t.kv.v8, 8))
+      return false;
+  } else if (!t.kv.k || !t.kv.v || !aligned(t.kv.k, 16) || !aligned(t.kv.v, 16) || t.kv.pos_stride % 8 != 0 ||
+             (!t.kv.paged() && t.kv.seq_stride % 8 != 0)) {
+    return false;
+  }
+  if (!wgmma_shape_ok(x, w, M, N, K) || ceil_div(M, P_BM) * (N / kCols) >= (int64_t(1) << 31)) return false;
+  const int sms = device_sms();
+  // Only where the plain qkv GEMM would run the same 128x256 staged tiles (config 4): the same products.
+  return sms > 0 && plan(M, N, sms, /*tma_epi=*/true) == 4;
+}
+
+void gemm_wgmma_rope(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& t, int64_t M, int64_t K,
+                     cudaStream_t stream) {
+  const int64_t N = int64_t(t.n_heads + 2 * t.n_kv_heads) * t.head_dim;
+  CUtensorMap mx, unused{};
+  KILN_CUDA_REQUIRE(wgmma_make_map(&mx, x, M, K, P_BM), "gemm_wgmma_rope: tensor map");
+  auto launch = [&](auto cfg) {
+    launch_persistent<decltype(cfg)>(w, bias, nullptr, OutMode::store_bf16, M, N, K, device_sms(), stream, mx, unused,
+                                     nullptr, nullptr, t);
+  };
+  switch (t.kv.quant) {
+    case KvQuant::int8: launch(PCfgCo256TRope<KvQuant::int8>{}); break;
+    case KvQuant::fp8: launch(PCfgCo256TRope<KvQuant::fp8>{}); break;
+    default: launch(PCfgCo256TRope<KvQuant::none>{}); break;
+  }
 }
 
 namespace {

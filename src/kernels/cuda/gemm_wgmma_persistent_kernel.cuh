@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/epilogue_add.cuh"
 #include "kernels/cuda/gemm_argmax_epilogue.cuh"
+#include "kernels/cuda/gemm_rope_epilogue.cuh"
 #include "kernels/cuda/gemm_tma_epilogue.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/pointwise_math.cuh"
@@ -21,7 +22,7 @@ namespace {
 constexpr int P_BM = 128, P_BK = 64, P_THREADS = 384;  // 1 producer + 2 consumer warpgroups
 
 template <int BN_, int STAGES_, bool PP_, bool TMA_EPI_ = false, bool SWIGLU_ = false, bool ADD_ = false,
-          bool FP8_ = false, bool ARGMAX_ = false>
+          bool FP8_ = false, bool ARGMAX_ = false, int ROPE_ = 0>
 struct PCfg {
   static constexpr int BN = BN_, STAGES = STAGES_;
   static constexpr bool PP = PP_, TMA_EPI = TMA_EPI_;
@@ -44,6 +45,11 @@ struct PCfg {
   // column of the tile as a (value, id) pair (gemm_argmax_epilogue.cuh); y is the pairs' (M, tiles
   // per row) float2 array. Config 3's tiles and main loop, so the same fp32 products.
   static constexpr bool ARGMAX = ARGMAX_;
+  // ROPE (session 35, gemm_wgmma_rope): config 4's tiles and staging, then RoPE and the K/V write
+  // from the staged qkv products instead of their store (gemm_rope_epilogue.cuh), by two warps of
+  // the producer warpgroup (one a consumer half) while the consumers run the next tile's main
+  // loop. 0: off, else 1 + the cache's KvQuant (1 bf16, 2 int8, 3 fp8).
+  static constexpr int ROPE = ROPE_;
   enum : int { BN_OUT = SWIGLU ? BN / 2 : BN };  // output columns per tile (an enum: nvcc warns of unused static members)
   static constexpr int MH = PP ? 2 : 1;         // m64 row blocks per consumer per tile
   static constexpr int ACC = MH * BN / 2;       // fp32 accumulators per consumer thread
@@ -55,7 +61,8 @@ struct PCfg {
   // 64B swizzle, 4 KB).
   static constexpr int BOX = BN % 64 == 0 ? 64 : 32;
   static constexpr int kCBytes = ADD ? 2 * 2 * kAddBoxBytes : TMA_EPI ? P_BM * BN * 2 : 0;
-  static constexpr int kSmemBytes = kCBytes + STAGES * kStageBytes + 2 * STAGES * 8 + 1024;  // + barriers, slack
+  // ROPE: two more barrier pairs (a consumer's half staged / read by its epilogue warp).
+  static constexpr int kSmemBytes = kCBytes + STAGES * kStageBytes + 2 * STAGES * 8 + (ROPE_ ? 32 : 0) + 1024;
   static_assert(BN == 128 || BN == 192 || BN == 224 || BN == 256, "wgmma n128 / n192 / n224 / n256");
   static_assert(MH * 64 * BN / 128 == ACC && ACC <= 128, "fp32 accumulators per consumer thread");
   static_assert(!TMA_EPI || (!PP && BN % BOX == 0), "TMA epilogue: cooperative, whole boxes");
@@ -64,6 +71,8 @@ struct PCfg {
   static_assert(!SWIGLU || (TMA_EPI && BN == 256), "SwiGLU: the 128x256 TMA-store configuration only");
   static_assert(!ADD || (TMA_EPI && !SWIGLU && BN % (2 * kAddBoxCols) == 0), "ADD: whole pairs of boxes");
   static_assert(!ARGMAX || (!PP && !TMA_EPI && !FP8 && BN == 256), "ARGMAX: config 3's tiles");
+  static_assert(ROPE == 0 || (TMA_EPI && !PP && !SWIGLU && !ADD && !FP8 && !ARGMAX && BN == 256),
+                "ROPE: config 4's tiles and staging");
 };
 using PCfgPP128 = PCfg<128, 7, true>;     // 7 x 32 KB = 224 KB
 using PCfgCo192 = PCfg<192, 5, false>;    // 5 x 40 KB = 200 KB
@@ -71,6 +80,8 @@ using PCfgCo256 = PCfg<256, 4, false>;    // 4 x 48 KB = 192 KB
 using PCfgCo256T = PCfg<256, 3, false, true>;  // 64 KB C staging + 3 x 48 KB = 208 KB
 using PCfgCo256TSwiglu = PCfg<256, 3, false, true, true>;  // as PCfgCo256T, gate | up halves, h out
 using PCfgCo256Argmax = PCfg<256, 4, false, false, false, false, false, true>;  // as PCfgCo256, (value, id) out
+template <KvQuant KV>  // as PCfgCo256T, q and the cache's K/V out
+using PCfgCo256TRope = PCfg<256, 3, false, true, false, false, false, false, 1 + int(KV)>;
 // Session 9 (lab, gemm v16 / v17): the one-round M = 512 tiles (v4's 128x128, config 2's 128x192)
 // with the TMA-store epilogue, to measure what storing from registers costs there.
 using PCfgCo128T = PCfg<128, 6, false, true>;  // 32 KB C staging + 6 x 32 KB = 224 KB
@@ -110,12 +121,36 @@ __device__ __forceinline__ void tile_mn(int t, int m_tiles, int n_tiles, int gro
   nt = r / gsize;
 }
 
+#ifdef KILN_WGMMA_DEVICE
+// ROPE's epilogue warp for consumer c: the block's tiles in the consumers' order; for each, the
+// rows' positions and slots first, then the staged half (staged0 + 8c), RoPE and the K/V write,
+// and the half handed back (read0 + 8c) for the consumer's next tile.
+template <class C>
+__device__ __forceinline__ void rope_epilogue_warp(int c, int lane, uint32_t sc0, uint32_t staged0, uint32_t read0,
+                                                   int64_t M, int64_t N, int group, const RopeKvTarget& rope) {
+  const int m_tiles = int((M + P_BM - 1) / P_BM), n_tiles = int((N + C::BN_OUT - 1) / C::BN_OUT);
+  const int tiles = m_tiles * n_tiles, grid = int(gridDim.x);
+  const uint32_t sc = sc0 + uint32_t(c) * (C::kCBytes / 2);
+  for (int j = 0, t = int(blockIdx.x); t < tiles; ++j, t += grid) {
+    int mt, nt;
+    tile_mn(t, m_tiles, n_tiles, group, mt, nt);
+    const int64_t row0 = int64_t(mt) * P_BM + 64 * c, n0 = int64_t(nt) * C::BN_OUT;
+    const rope_epilogue::RowsMeta rm = rope_epilogue::rows_meta(rope, row0, M, lane);
+    mbar_wait(staged0 + 8 * c, uint32_t(j) & 1);
+    rope_epilogue::rope_block<KvQuant(C::ROPE - 1)>(lane, sc, row0, n0, M, rope, rm);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(read0 + 8 * c);
+  }
+}
+#endif  // KILN_WGMMA_DEVICE
+
 template <class C>
 __global__ void __launch_bounds__(P_THREADS, 1)
     gemm_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                                  const __grid_constant__ CUtensorMap map_y, const bf16* __restrict__ bias,
                                  void* __restrict__ y, OutMode mode, int64_t M, int64_t N, int64_t K,
-                                 const float* __restrict__ xs, const float* __restrict__ ws, int group) {
+                                 const float* __restrict__ xs, const float* __restrict__ ws, int group,
+                                 const __grid_constant__ RopeKvTarget rope) {
 #ifdef KILN_WGMMA_DEVICE
   constexpr int BN = C::BN, STAGES = C::STAGES, MH = C::MH, ACC = C::ACC, BK = C::BK;
   extern __shared__ uint8_t smem_raw[];
@@ -125,6 +160,8 @@ __global__ void __launch_bounds__(P_THREADS, 1)
   const uint32_t sb0 = sa0 + STAGES * C::kABytes;    // STAGES x B (BN, 64)
   const uint32_t full0 = sb0 + STAGES * C::kBBytes;  // STAGES x mbarrier
   const uint32_t empty0 = full0 + STAGES * 8;        // STAGES x mbarrier
+  const uint32_t staged0 = empty0 + STAGES * 8;      // ROPE: 2 x mbarrier, consumer c's half staged
+  const uint32_t read0 = staged0 + 2 * 8;            // ROPE: 2 x mbarrier, consumer c's half read out
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int m_tiles = int((M + P_BM - 1) / P_BM);
   // SWIGLU: N is the output width I (a multiple of BN_OUT, the host checks); W has 2I rows.
@@ -140,13 +177,26 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       mbar_init(full0 + 8 * s, 1);                 // the producer's arrive.expect_tx
       mbar_init(empty0 + 8 * s, C::PP ? 1 : 2);    // the consumer(s) that read the stage
     }
+    if constexpr (C::ROPE > 0) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        mbar_init(staged0 + 8 * c, 1);  // the consumer's thread 0, after its warpgroup staged the half
+        mbar_init(read0 + 8 * c, 1);    // the epilogue warp's lane 0, after the warp read it
+      }
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   if (wg == 0) {  // producer: the block's tiles' K steps as one sequence g = 0, 1, ...
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (tid == 0) {
+    // ROPE's epilogue warps need more than the TMA thread: 120 here and 184 a consumer (62464 of 65536; without spills).
+    if constexpr (C::ROPE > 0)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 120;\n" ::: "memory");
+    else
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (C::ROPE > 0 && tid >= 64) {  // warps 2 and 3: the RoPE epilogue of consumer tid / 32 - 2's halves
+      rope_epilogue_warp<C>(tid / 32 - 2, tid % 32, sc0, staged0, read0, M, N, group, rope);
+    } else if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
       uint32_t g = 0;
@@ -169,7 +219,10 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    if constexpr (C::ROPE > 0)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 184;\n" ::: "memory");
+    else
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int c = wg - 1;
     const int j0 = C::PP ? c : 0, jstep = C::PP ? 2 : 1;
     const int local_tiles = (tiles - int(blockIdx.x) + grid - 1) / grid;  // tiles of this block
@@ -227,6 +280,11 @@ __global__ void __launch_bounds__(P_THREADS, 1)
       } else if constexpr (C::ADD) {
         reduce_add_block_tma<BN, C::FP8 && !C::SWIGLU>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), &map_y,
                                                       m0 + c * 64, n0, bias, M, N, as);
+      } else if constexpr (C::ROPE > 0) {
+        // Stage the half once its epilogue warp has read the previous tile's out of it; hand it over.
+        if (j > 0) mbar_wait(read0 + 8 * c, uint32_t(j - 1) & 1);
+        stage_block_bf16<BN, C::BOX>(acc, tid, c, sc0 + uint32_t(c) * (C::kCBytes / 2), n0, bias, N);
+        if (tid == 0) mbar_arrive(staged0 + 8 * c);
       } else if constexpr (C::ARGMAX) {
         argmax_acc_block<BN>(acc, tid, m0 + c * 64, n0, nt, n_tiles, M, N, static_cast<float2*>(y));
       } else if constexpr (C::TMA_EPI) {

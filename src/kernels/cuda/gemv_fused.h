@@ -17,24 +17,9 @@
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/kv_layout.h"
+#include "kernels/cuda/rope_kv_target.h"
 
 namespace kiln::cuda {
-
-// Where RoPE's outputs go: q_out (q_dim) bf16; K/V of position *position (device int) into a
-// contiguous single-sequence cache (sequence 0 of kv), or, with slot set, into row *slot of a
-// paged pool (as rope_qkv_slots). inv_freq and the (cos, sin) table as for rope_qkv.
-struct RopeKvTarget {
-  const int32_t* position = nullptr;
-  const int32_t* slot = nullptr;
-  const float* inv_freq = nullptr;
-  const float2* cos_sin = nullptr;  // rope_table_fill's table (may be null)
-  int64_t cos_sin_positions = 0;
-  int rot_dim = 0;
-  bool interleaved = false;
-  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  bf16* q_out = nullptr;
-  KvLayout kv;
-};
 
 // Whether gemv_rope_kv takes this shape: head_dim and rot_dim multiples of 16 (a block's 16 rows
 // never straddle a head or the rotated part), K a multiple of 8.

@@ -40,6 +40,31 @@ __device__ __forceinline__ uint8_t encode(float x, float inv) {
   }
 }
 
+// The max of v over this lane's aligned group of `group` lanes (a power of two up to 32); every
+// lane of the warp calls it with its own group size (the shuffles are warp-wide). The 16-byte
+// quantizing K/V writes' per-vector amax (kv_quant_vec.cu, gemm_rope_epilogue.cuh).
+__device__ __forceinline__ float group_max(float v, int group) {
+  float r = v;
+#pragma unroll
+  for (int w = 1; w < 32; w *= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, r, w);
+    if (w < group) r = fmaxf(r, o);
+  }
+  return r;
+}
+
+// Eight values encoded with the vector's inverse scale: 8 bytes in memory order.
+template <KvQuant F>
+__device__ __forceinline__ uint2 encode8(const float* x, float inv) {
+  uint2 r{0u, 0u};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    r.x |= uint32_t(encode<F>(x[e], inv)) << (8 * e);
+    r.y |= uint32_t(encode<F>(x[4 + e], inv)) << (8 * e);
+  }
+  return r;
+}
+
 // The byte's value before the scale (fp32).
 template <KvQuant F>
 __device__ __forceinline__ float decode(uint8_t b) {

@@ -44,29 +44,6 @@ __host__ __device__ inline QuantVecShape quant_vec_shape(int n_heads, int n_kv_h
   return s;
 }
 
-// The max of v over this lane's aligned group of `group` lanes (a power of two up to 16); every
-// lane of the warp calls it with its own group size.
-__device__ __forceinline__ float group_max(float v, int group) {
-  float r = v;
-#pragma unroll
-  for (int w = 1; w < 32; w *= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, r, w);
-    if (w < group) r = fmaxf(r, o);
-  }
-  return r;
-}
-
-template <KvQuant F>
-__device__ __forceinline__ uint2 encode8(const float* x, float inv) {
-  uint2 r{0u, 0u};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    r.x |= uint32_t(kvq::encode<F>(x[e], inv)) << (8 * e);
-    r.y |= uint32_t(kvq::encode<F>(x[4 + e], inv)) << (8 * e);
-  }
-  return r;
-}
-
 template <bool kSlots, KvQuant F>
 __global__ void __launch_bounds__(kThreads)
     rope_qkv_quant_vec_kernel(const bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
@@ -114,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  amax = group_max(amax, group);  // every lane: the shuffles are warp-wide
+  amax = kvq::group_max(amax, group);  // every lane: the shuffles are warp-wide
   if (!is_v && h < n_heads) {      // q: bf16 out, as rope_qkv writes it
     bf16* dst = q_out + t * q_dim + h * head_dim;
     *reinterpret_cast<uint4*>(dst + d0) = float_to_bf16x8(oa);
@@ -126,8 +103,8 @@ __global__ void __launch_bounds__(kThreads)
   kvq::scale_of<F>(amax, scale, inv);
   const int64_t si = vector_of(kvh);
   uint8_t* dst = (is_v ? kv.v8 : kv.k8) + si * head_dim;
-  *reinterpret_cast<uint2*>(dst + d0) = encode8<F>(oa, inv);
-  if (!is_v && !interleaved) *reinterpret_cast<uint2*>(dst + half + d0) = encode8<F>(ob, inv);
+  *reinterpret_cast<uint2*>(dst + d0) = kvq::encode8<F>(oa, inv);
+  if (!is_v && !interleaved) *reinterpret_cast<uint2*>(dst + half + d0) = kvq::encode8<F>(ob, inv);
   if (d0 == 0) (is_v ? kv.v_scale : kv.k_scale)[si] = scale;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kernels/cuda/common.h"
+#include "kernels/cuda/rope_kv_target.h"
 
 namespace kiln::cuda {
 
@@ -87,6 +88,19 @@ inline int64_t gemm_argmax_parts(int64_t M, int64_t N) {
 bool gemm_argmax_ok(const bf16* x, const bf16* w, int64_t M, int64_t N, int64_t K);
 bool gemm_argmax(const bf16* x, const bf16* w, float2* parts, int32_t* ids, int64_t M, int64_t N, int64_t K,
                  cudaStream_t stream);
+
+// The qkv projection of M tokens with RoPE and the K/V write in the GEMM's epilogue (session 35;
+// gemm_wgmma.h's gemm_wgmma_rope): q rotated into t.q_out, K/V (bf16, or quantized per (token, KV
+// head)) into t.kv, the same bits as gemm then rope_qkv / rope_qkv_slots, and no (M, q_dim +
+// 2 kv_dim) qkv rows in memory. gemm_rope_kv_ok says whether it runs (Hopper, the default GEMM
+// version, M > kSplitKMaxRows so the plain product is unsplit, the shapes gemm_wgmma_rope_can_run
+// takes, and KILN_GEMM_ROPE not "0": the switch for same-run comparison); gemm_rope_kv returns
+// false, launching nothing, where it cannot.
+bool gemm_rope_kv_ok(const bf16* x, const bf16* w, int64_t M, int64_t K, const RopeKvTarget& t);
+// The switch as a call (tests compare both paths in one process; not for concurrent use).
+void set_gemm_rope_kv_enabled(bool on);
+bool gemm_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& t, int64_t M, int64_t K,
+                  cudaStream_t stream);
 
 // ws: split-K scratch for kGemvMaxRows < M <= kSplitKMaxRows (without it those M run the unsplit gemm).
 inline void matmul(const bf16* x, const bf16* w, const bf16* bias, void* y, OutMode mode, int64_t M, int64_t N,

@@ -71,32 +71,52 @@ __host__ __device__ constexpr int rope_vec_rot_items(int heads, int head_dim, bo
   return interleaved ? heads * head_dim / 8 : heads * head_dim / 16;
 }
 
-// One 16-byte RoPE item of a head (src: the head's bf16 values): interleaved, elements d0 .. d0 + 7
-// rotated into oa; halves, pairs d0 .. d0 + 7 (elements d0 .. and half + d0 ..) into oa and ob.
-// rope_qkv_vec_kernel's and rope_qkv_quant_vec_kernel's arithmetic, per element the scalar kernels'.
-__device__ __forceinline__ void rope_item(const bf16* src, int d0, int half, bool interleaved, int64_t pos,
-                                          const float2* cos_sin, int64_t cos_sin_positions, const float* inv_freq,
-                                          float* oa, float* ob) {
-  float a[8], b[8];
-  bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), a);
+// One 16-byte RoPE item rotated with its (cos, sin) pairs already at hand: interleaved, the 8
+// elements of a (pairs (a[0], a[1]) .. (a[6], a[7]), cs[0..3]) into oa; halves, pairs (a[p], b[p])
+// with cs[p] into oa and ob. cs[i] = (cos, sin), rope_table_fill's order.
+__device__ __forceinline__ void rope_rotate8(const float* a, const float* b, const float2* cs, bool interleaved,
+                                             float* oa, float* ob) {
   if (interleaved) {
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      float sn, cs;
-      rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 / 2 + p, inv_freq, sn, cs);
-      oa[2 * p] = rope_a(a[2 * p], a[2 * p + 1], sn, cs);
-      oa[2 * p + 1] = rope_b(a[2 * p], a[2 * p + 1], sn, cs);
+      oa[2 * p] = rope_a(a[2 * p], a[2 * p + 1], cs[p].y, cs[p].x);
+      oa[2 * p + 1] = rope_b(a[2 * p], a[2 * p + 1], cs[p].y, cs[p].x);
     }
   } else {
-    bf16x8_to_float(*reinterpret_cast<const uint4*>(src + half + d0), b);
 #pragma unroll
     for (int p = 0; p < 8; ++p) {
-      float sn, cs;
-      rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, d0 + p, inv_freq, sn, cs);
-      oa[p] = rope_a(a[p], b[p], sn, cs);
-      ob[p] = rope_b(a[p], b[p], sn, cs);
+      oa[p] = rope_a(a[p], b[p], cs[p].y, cs[p].x);
+      ob[p] = rope_b(a[p], b[p], cs[p].y, cs[p].x);
     }
   }
+}
+
+// One 16-byte RoPE item of a head from its loaded values: ua holds elements d0 .. d0 + 7 and, for
+// halves, ub elements half + d0 .. (unused when interleaved); interleaved, elements d0 .. d0 + 7
+// rotated into oa; halves, pairs d0 .. d0 + 7 into oa and ob. rope_qkv_vec_kernel's and
+// rope_qkv_quant_vec_kernel's arithmetic (and, through rope_rotate8, the qkv GEMM's RoPE
+// epilogue's), per element the scalar kernels'.
+__device__ __forceinline__ void rope_item_values(const uint4& ua, const uint4& ub, int d0, int half, bool interleaved,
+                                                 int64_t pos, const float2* cos_sin, int64_t cos_sin_positions,
+                                                 const float* inv_freq, float* oa, float* ob) {
+  float a[8], b[8];
+  float2 cs[8];
+  bf16x8_to_float(ua, a);
+  if (!interleaved) bf16x8_to_float(ub, b);
+  const int pairs = interleaved ? 4 : 8, i0 = interleaved ? d0 / 2 : d0;
+#pragma unroll
+  for (int p = 0; p < 8; ++p)
+    if (p < pairs) rope_sincos_cached(cos_sin, cos_sin_positions, half, pos, i0 + p, inv_freq, cs[p].y, cs[p].x);
+  rope_rotate8(a, b, cs, interleaved, oa, ob);
+}
+
+// The same item read from global memory (src: the head's bf16 values).
+__device__ __forceinline__ void rope_item(const bf16* src, int d0, int half, bool interleaved, int64_t pos,
+                                          const float2* cos_sin, int64_t cos_sin_positions, const float* inv_freq,
+                                          float* oa, float* ob) {
+  const uint4 ua = *reinterpret_cast<const uint4*>(src + d0);
+  const uint4 ub = interleaved ? ua : *reinterpret_cast<const uint4*>(src + half + d0);
+  rope_item_values(ua, ub, d0, half, interleaved, pos, cos_sin, cos_sin_positions, inv_freq, oa, ob);
 }
 
 // --- SwiGLU ---
