@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(P_THREADS, 1)
   __syncthreads();
 
   if (wg == 0) {  // producer: the block's tiles' K steps as one sequence g = 0, 1, ...
-    // ROPE's epilogue warps need more than the TMA thread: 120 here and 184 a consumer (62464 of 65536; without spills).
+    // ROPE's epilogue warps need more than the TMA thread: 120 here, 184 a consumer (no spills).
     if constexpr (C::ROPE > 0)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 120;\n" ::: "memory");
     else
