@@ -46,8 +46,8 @@ namespace kiln::cuda::rope_epilogue {
 
 // Chunk q (columns 8q .. 8q + 7) of row r of a consumer's staged (64, 256) block: four (64, 64)
 // boxes of 8 KB, 128-byte rows, chunk q % 8 of row r at position (q % 8) ^ (r % 8) (the 128B
-// swizzle stage_block_bf16 writes). volatile keeps it after the named barrier that publishes the
-// block; no memory clobber, so the global loads of positions and (cos, sin) may be issued early.
+// swizzle stage_block_bf16 writes). volatile keeps it after the mbarrier wait that hands the warp
+// the block; no memory clobber, so the global loads of (cos, sin) may be issued early.
 __device__ __forceinline__ uint4 staged_chunk(uint32_t sc, int r, int q) {
   const uint32_t addr = sc + uint32_t(q / 8) * 8192u + uint32_t(r) * 128u + uint32_t(((q % 8) ^ (r % 8)) * 16);
   uint4 v;
