@@ -326,18 +326,21 @@ Engine::Engine(Backend& backend, EngineOptions options) : impl_(std::make_unique
   KILN_CHECK(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1, invalid_argument,
              "gpu memory fraction must be in (0, 1], got {}", o.gpu_memory_fraction);
   int32_t blocks = o.num_kv_blocks;
-  int64_t step_reserve = 0;  // device memory kept for the largest step's activations (default pool size only)
+  int64_t step_reserve = 0;  // kept out of the default pool for the largest step's activations
   if (blocks <= 0) {
-    // The default: the fraction of free memory less what the largest step's activations will take.
-    step_reserve = o.kv_cache_bytes > 0 ? 0 : backend.step_memory_bytes(o.max_batched_tokens, o.max_num_seqs);
-    const int64_t bytes =
-        o.kv_cache_bytes > 0 ? o.kv_cache_bytes : backend.default_kv_cache_bytes(o.gpu_memory_fraction) - step_reserve;
+    int64_t bytes = o.kv_cache_bytes;
+    if (bytes <= 0) {
+      step_reserve = backend.step_memory_bytes(o.max_batched_tokens, o.max_num_seqs);
+      bytes = backend.default_kv_cache_bytes(o.gpu_memory_fraction) - step_reserve;
+    }
     blocks = backend.kv_blocks_for_budget(bytes, o.block_size);
   }
-  KILN_CHECK(blocks > 0, invalid_argument,
-             "the KV cache budget holds no block of {} tokens ({} bytes a token; {} MB reserved for the activations of "
-             "a step of {} tokens: lower --max-num-batched-tokens or raise the memory fraction)",
-             o.block_size, backend.kv_bytes_per_token(), step_reserve >> 20, o.max_batched_tokens);
+  KILN_CHECK(blocks > 0, invalid_argument, "the KV cache budget holds no block of {} tokens ({} bytes a token){}",
+             o.block_size, backend.kv_bytes_per_token(),
+             step_reserve > 0 ? fmt::format("; {} MB went to the activations of a {}-token step: lower "
+                                            "--max-num-batched-tokens or raise --gpu-memory-fraction",
+                                            step_reserve >> 20, o.max_batched_tokens)
+                              : std::string());
   const int64_t context = backend.config().context_length;
   m.max_model_len = std::min<int64_t>(o.max_model_len > 0 ? o.max_model_len : context, int64_t(blocks) * o.block_size);
   KILN_CHECK(o.max_model_len <= 0 || o.max_model_len <= context, invalid_argument,

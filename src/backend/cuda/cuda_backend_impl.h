@@ -368,15 +368,21 @@ struct CudaBackend::Impl {
     const int32_t* slots = nullptr;
     std::function<cuda::KvLayout(int64_t layer)> kv_of;
   };
+  // Where a projection that applies RoPE itself (the fused qkv GEMV, the qkv GEMM's epilogue) puts
+  // q (a.q) and K/V: the tokens' positions and, for a pool, slots (device ints), and the layer's cache.
+  cuda::RopeKvTarget rope_target(const cuda_backend::Activations& a, const int32_t* positions, const int32_t* slots,
+                                 const cuda::KvLayout& kv) const {
+    return {positions, slots, inv_freq.data(), rope_table.data(), rope_positions, c.rope.rot_dim,
+            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), a.q, kv};
+  }
+
   // The qkv product of n tokens with RoPE and the K/V write in its epilogue, where the GEMM takes it
   // (bf16 weights, Hopper, the shapes of gemm_rope_kv_ok); false where it does not (nothing enqueued).
   bool enqueue_qkv_rope(const cuda_backend::Activations& a, const cuda_backend::DeviceLayer& L, int64_t l,
                         const RopedRows& rows, int64_t n) {
     if (L.w_qkv.format != QuantFormat::none) return false;
     const int64_t H = c.hidden_size;
-    const cuda::RopeKvTarget target{rows.positions, rows.slots, inv_freq.data(), rope_table.data(), rope_positions,
-                                    c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
-                                    int(c.n_kv_heads), int(c.head_dim), a.q, rows.kv_of(l)};
+    const cuda::RopeKvTarget target = rope_target(a, rows.positions, rows.slots, rows.kv_of(l));
     if (!cuda::gemm_rope_kv_ok(a.xn, L.w_qkv.bf16_data(), n, H, target)) return false;
     const bf16* bias = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
     // The GEMM's weight and x bytes and FLOPs, and rope_qkv's writes (its qkv read never happens).
@@ -411,9 +417,7 @@ struct CudaBackend::Impl {
       const bool qkv_in_ready = qkv_folded ? false : norm_for(a, L.attn_norm, L.w_qkv.view(), n);
       bool roped = false;
       if (fused && fused->qkv) {
-        const cuda::RopeKvTarget target{fused->position, fused->slot, inv_freq.data(), rope_table.data(), rope_positions,
-                                        c.rope.rot_dim, c.rope.style == RopeStyle::interleaved, int(c.n_heads),
-                                        int(c.n_kv_heads), int(c.head_dim), a.q, fused->kv_of(l)};
+        const cuda::RopeKvTarget target = rope_target(a, fused->position, fused->slot, fused->kv_of(l));
         profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv.view()));
         cost += profile::rope_qkv(1, c);
         op("qkv+rope.gemv", cost, [&] {
@@ -424,7 +428,7 @@ struct CudaBackend::Impl {
             cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s(), norm);
         });
       } else {
-        roped = roped_rows && !qkv_in_ready && enqueue_qkv_rope(a, L, l, *roped_rows, n);
+        roped = roped_rows && enqueue_qkv_rope(a, L, l, *roped_rows, n);
         if (!roped) linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
       const bool o_done = attend(l, roped);

@@ -1,9 +1,6 @@
 // CudaBackend's continuous-batching step: the paged KV pool and forward_batch.
 //
-// Pool (CudaKvPool): one bf16 allocation (or, for --kv-cache int8/fp8, one of bytes and one of
-// per-(slot, KV head) fp32 scales, kv_layout.h), per layer K then V, each (num_blocks + 1, block_size,
-// n_kv_heads, head_dim); block id num_blocks is scratch (padding entries of a graph batch write
-// and read only there). Kernels address it through cuda::KvLayout's paged form (kv_layout.h).
+// Pool: CudaKvPool (cuda_kv_pool.h).
 //
 // A step (one host->device copy of packed int32 metadata, MetaLayout):
 //   tokens (M) | positions (M) | slots (M) | kv_len (n_dec) | logit rows (R) | block tables (E, S)
@@ -25,11 +22,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
 
 #include "backend/cuda/cuda_backend_impl.h"
-#include "backend/cuda/device_argmax.h"
-#include "backend/cuda/device_sampler.h"
+#include "backend/cuda/cuda_kv_pool.h"
 #include "core/argmax.h"
 #include "core/check.h"
 #include "core/env.h"
@@ -46,6 +41,7 @@ namespace {
 constexpr int64_t kMaxGraphBatch = 256;  // decode steps above this run eagerly, unpadded
 constexpr int64_t kMinGraphPositions = 256;  // the narrowest block-table width bucket, in positions
 
+using cuda_backend::CudaKvPool;
 using cuda_backend::pow2_at_least;
 
 // Offsets (in int32s) of the packed step metadata; segments start 16-byte aligned. T: prefill
@@ -76,111 +72,6 @@ bool prefill_varlen_enabled() {
   static const bool on = env_switch_on("KILN_PREFILL_VARLEN");
   return on;
 }
-
-class CudaKvPool final : public KvPool {
- public:
-  // quant != none: the pool holds bytes (kv8) and per-(slot, KV head) scales instead of bf16 (kv).
-  CudaKvPool(const void* owner_, const ModelConfig& c, int32_t num_blocks, int32_t block_size, cuda::KvQuant quant_)
-      : KvPool(num_blocks, block_size),
-        owner(owner_),
-        head_dim(int(c.head_dim)),
-        n_kv_heads(int(c.n_kv_heads)),
-        kv_dim(c.kv_dim()),
-        slots((int64_t(num_blocks) + 1) * block_size),
-        layer_elems(slots * c.kv_dim()),
-        quant(quant_),
-        kv(quant_ == cuda::KvQuant::none ? size_t(2 * c.n_layers * layer_elems) : 0),
-        kv8(quant_ != cuda::KvQuant::none ? size_t(2 * c.n_layers * layer_elems) : 0),
-        scales(quant_ != cuda::KvQuant::none ? size_t(2 * c.n_layers * c.n_kv_heads * slots) : 0) {
-    while ((1 << block_shift) < block_size) ++block_shift;
-    kv.zero();
-    kv8.zero();
-    scales.zero();
-  }
-  ~CudaKvPool() override { drop_graphs(); }
-  bool quantized() const { return quant != cuda::KvQuant::none; }
-
-  // Layer l's K/V pool, read through `table` (rows of `stride` block ids).
-  cuda::KvLayout layer(int64_t l, const int32_t* table, int64_t stride) const {
-    cuda::KvLayout out;
-    if (quantized()) {
-      out = cuda::KvLayout{nullptr, nullptr, 0, kv_dim, head_dim};
-      out.quant = quant;
-      out.k8 = kv8.data() + 2 * l * layer_elems;
-      out.v8 = out.k8 + layer_elems;
-      out.k_scale = scales.data() + 2 * l * n_kv_heads * slots;
-      out.v_scale = out.k_scale + n_kv_heads * slots;
-      out.scale_head_stride = slots;
-    } else {
-      bf16* k = kv.data() + 2 * l * layer_elems;
-      out = cuda::KvLayout{k, k + layer_elems, 0, kv_dim, head_dim};
-    }
-    out.block_table = table;
-    out.bt_stride = stride;
-    out.block_shift = block_shift;
-    return out;
-  }
-  int32_t scratch_block() const { return num_blocks_; }
-  int32_t slot(std::span<const int32_t> table, int64_t pos) const {
-    return int32_t(int64_t(table[size_t(pos >> block_shift)]) * block_size_ + (pos & (block_size_ - 1)));
-  }
-
-  // ---- per-step buffers: grow only; growing drops the graphs that hold the old addresses ----
-  // act_quant_cols: room for per-token fp8 activations (Impl::act_quant_cols, 0 without fp8 weights).
-  // logit_rows: the step's rows with logits (its wanted rows, at most one an entry).
-  void ensure_rows(const ModelConfig& c, int64_t rows, int64_t logit_rows, int64_t act_quant_cols) {
-    if (act.rows >= rows && act.logit_rows >= logit_rows) return;
-    drop_graphs();
-    const int64_t r = std::max({int64_t(16), pow2_at_least(rows), act.rows});
-    const int64_t l = std::max({int64_t(16), pow2_at_least(logit_rows), act.logit_rows});
-    act.allocate(c, r, 0, true, act_quant_cols, std::min(l, r));
-  }
-  void ensure_meta(int64_t n) {
-    host_meta.grow(size_t(n));
-    if (int64_t(meta.size()) >= n) return;
-    drop_graphs();
-    meta = DeviceBuffer<int32_t>();
-    meta = DeviceBuffer<int32_t>(size_t(std::max<int64_t>(1024, pow2_at_least(n))));
-  }
-  void ensure_workspace(int64_t floats) {
-    if (int64_t(workspace.size()) >= floats) return;
-    drop_graphs();
-    workspace = DeviceBuffer<float>();
-    workspace = DeviceBuffer<float>(size_t(pow2_at_least(floats)));
-  }
-  void drop_graphs() {
-    for (auto& [key, g] : graphs)
-      if (g.exec) cudaGraphExecDestroy(g.exec);
-    graphs.clear();
-  }
-  int64_t graph_count() const {
-    int64_t n = 0;
-    for (auto& [key, g] : graphs) n += g.exec != nullptr;
-    return n;
-  }
-
-  const void* owner;  // the CudaBackend::Impl this pool belongs to
-  int head_dim, n_kv_heads;
-  int64_t kv_dim, slots, layer_elems;
-  int block_shift = 0;
-  cuda::KvQuant quant;
-  DeviceBuffer<bf16> kv;  // (n_layers, 2 (K, V), num_blocks + 1, block_size, n_kv_heads, head_dim)
-  DeviceBuffer<uint8_t> kv8;    // quantized: the same shape in bytes
-  DeviceBuffer<float> scales;   // quantized: (n_layers, 2 (K, V), n_kv_heads, slots)
-
-  cuda_backend::Activations act;              // (rows) activations of a step, with the gather rows
-  DeviceBuffer<int32_t> meta;                 // packed step metadata (MetaLayout)
-  cuda_backend::PinnedBuffer<int32_t> host_meta;
-  DeviceBuffer<float> workspace;              // flash-decoding partials
-  cuda_backend::PinnedBuffer<float> host_logits;
-  cuda_backend::DeviceArgmax argmax;    // greedy ids of the rows
-  cuda_backend::DeviceSampler sampler;  // rows with BatchEntry::sampling
-  struct Graph {
-    bool warmed = false;  // ran eagerly once with this shape
-    cudaGraphExec_t exec = nullptr;
-  };
-  std::map<std::pair<int64_t, int64_t>, Graph> graphs;  // (batch bucket, table width) -> graph
-};
 
 // Copies a step's results to the host. `device_logits` holds one row per entry of `rows_entries`
 // (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
@@ -597,9 +488,9 @@ int64_t CudaBackend::default_kv_cache_bytes(double gpu_memory_fraction) const {
 int64_t CudaBackend::step_memory_bytes(int64_t max_tokens, int64_t max_seqs) const {
   // What CudaKvPool::ensure_rows allocates for the largest step (the decode workspace and the
   // metadata, a few MB, ride in the fraction of free memory left unused).
-  const int64_t rows = std::max<int64_t>(16, pow2_at_least(std::max<int64_t>(max_tokens, 1)));
-  const int64_t logit_rows = std::min(rows, std::max<int64_t>(16, pow2_at_least(std::max<int64_t>(max_seqs, 1))));
-  return int64_t(cuda_backend::Activations::layout(impl_->c, rows, logit_rows, 0, true, impl_->act_quant_cols()).total);
+  const cuda_backend::ArenaRows r = cuda_backend::arena_rows(max_tokens, max_seqs);
+  using cuda_backend::Activations;
+  return int64_t(Activations::layout(impl_->c, r.rows, r.logit_rows, 0, true, impl_->act_quant_cols()).total);
 }
 
 int64_t CudaBackend::free_device_memory() {
