@@ -1,6 +1,6 @@
-// Helpers of the forward_batch GPU tests (batch_backend_test.cpp, batch_fused_epilogue_test.cpp):
-// two small model shapes, prompts, a tiny block manager that scatters block tables, and the entries
-// of a step.
+// Helpers of the forward_batch GPU tests (batch_backend_test.cpp, batch_fused_epilogue_test.cpp,
+// kv_quant_backend_test.cpp): two small model shapes, prompts, a tiny block manager that scatters
+// block tables, and the entries of a step.
 #pragma once
 
 #include <algorithm>

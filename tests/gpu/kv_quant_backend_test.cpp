@@ -21,6 +21,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "batch_test_util.h"
 #include "gpu_test_models.h"
 #include "gpu_test_util.h"
 #include "kiln/error.h"
@@ -61,12 +62,6 @@ ModelConfig config_of(int i) {
   }
   c.context_length = 1024;
   return c;
-}
-
-std::vector<int32_t> prompt(int64_t n, int64_t vocab, int64_t salt) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t((i * 131 + salt * 29 + 7) % vocab);
-  return t;
 }
 
 struct Param {
