@@ -73,6 +73,14 @@ bool prefill_varlen_enabled() {
   return on;
 }
 
+// A quantized pool's varlen prefill reads its compact copy as contiguous rows with the wgmma
+// kernel's varlen form where it runs (sm_90a, session 36); KILN_PREFILL_VARLEN_WGMMA=0 keeps the
+// mma.sync kernel reading the copy through its block table (for comparison).
+bool prefill_varlen_wgmma_enabled() {
+  static const bool on = env_switch_on("KILN_PREFILL_VARLEN_WGMMA");
+  return on;
+}
+
 // Copies a step's results to the host. `device_logits` holds one row per entry of `rows_entries`
 // (entry index per row, in entry order). With `argmax`, the ids of every row come from the device
 // (the argmax kernel, or sample_rows where an entry asked for device sampling) and only the rows of
@@ -312,6 +320,10 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   const bool varlen = p.n_tiles > 0 && prefill_varlen_enabled() &&
                       cuda::attention_prefill_varlen_ok(pool.act.q, probe, pool.act.attn, int(c.head_dim));
   const bool compact = varlen && pool.quantized();
+  const bool compact_wgmma = compact && prefill_varlen_wgmma_enabled() &&
+                             cuda::attention_prefill_varlen_wgmma_ok(pool.act.q, cuda::KvLayout{pool.act.q, pool.act.q, 0,
+                                                                                                c.kv_dim(), int(c.head_dim)},
+                                                                     pool.act.attn, int(c.head_dim));
   const MetaLayout ml(p.M, p.n_dec, R, E, p.S, varlen ? p.n_tiles : 0, compact);
   if (p.n_dec > 0)
     pool.ensure_workspace(cuda::decode_workspace_floats(p.n_dec, int(c.n_heads), int(c.head_dim), p.max_dec_len));
@@ -356,8 +368,10 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
     for (size_t k = size_t(p.n_dec); k < p.order.size(); ++k) {
       const BatchEntry& b = entries[p.order[k]];
       const int64_t n = int64_t(b.tokens.size());
+      // The wgmma form reads the compact copy as rows: the entry's first compact block's row.
+      const int32_t kv_ref = compact_wgmma ? int32_t(h[ml.ctable + int64_t(k) * p.S] * bs) : int32_t(k);
       for (int64_t q0 = 0; q0 < n; q0 += cuda::kPrefillTileRows)
-        tiles[t++] = {int32_t(p.row0[k] + q0), int32_t(n - q0), int32_t(b.first_position + q0), int32_t(k)};
+        tiles[t++] = {int32_t(p.row0[k] + q0), int32_t(n - q0), int32_t(b.first_position + q0), {kv_ref}};
       prefill_cost += profile::attention(n, b.first_position, c);
     }
     auto kv_end = [](const cuda::PrefillTile& x) { return x.q_start + std::min(x.rows, cuda::kPrefillTileRows); };
@@ -393,9 +407,18 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
                                    compact_max_end, int(c.n_kv_heads), m.s());
         });
       }
+      const auto* tiles = reinterpret_cast<const cuda::PrefillTile*>(meta + ml.tiles);
       m.op("attention.prefill", prefill_cost, [&] {
-        cuda::attention_prefill_varlen(a.q, read, a.attn, reinterpret_cast<const cuda::PrefillTile*>(meta + ml.tiles),
-                                       p.n_tiles, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), m.s());
+        if (compact_wgmma) {
+          const cuda::KvLayout rows{read.k, read.v, 0, c.kv_dim(), int(c.head_dim)};
+          KILN_CUDA_REQUIRE(cuda::attention_prefill_varlen_wgmma(a.q, p.M, rows, compact_blocks * bs, a.attn, tiles,
+                                                                 p.n_tiles, int(c.n_heads), int(c.n_kv_heads),
+                                                                 int(c.head_dim), m.s()),
+                            "attention_prefill_varlen_wgmma: the tensor maps could not be made");
+        } else {
+          cuda::attention_prefill_varlen(a.q, read, a.attn, tiles, p.n_tiles, int(c.n_heads), int(c.n_kv_heads),
+                                         int(c.head_dim), m.s());
+        }
       });
       return false;
     }

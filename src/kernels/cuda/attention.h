@@ -53,14 +53,27 @@ bool attention_prefill_wgmma(int version, const bf16* q, KvLayout kv, bf16* out,
 // table_row. Needs what version 2 needs (attention_prefill_varlen_ok): paged K/V, 16-byte aligned.
 constexpr int kPrefillTileRows = 64;
 struct PrefillTile {
-  int32_t row0;       // first query row of the tile
-  int32_t rows;       // query rows of the chunk from row0 on (the tile takes at most 64)
-  int32_t q_start;    // position of row0
-  int32_t table_row;  // block-table row of the chunk's sequence
+  int32_t row0;     // first query row of the tile
+  int32_t rows;     // query rows of the chunk from row0 on (the tile takes at most 64)
+  int32_t q_start;  // position of row0
+  union {
+    int32_t table_row;  // paged K/V (attention_prefill_varlen): block-table row of the chunk's sequence
+    int32_t kv_row0;    // contiguous K/V (attention_prefill_varlen_wgmma): row of its sequence's position 0
+  };
 };
 bool attention_prefill_varlen_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
 void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const PrefillTile* tiles, int64_t n_tiles,
                               int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
+// The same tiles on Hopper's wgmma kernel (version 3's math; a block runs one 64-row tile for the
+// query heads of one KV head, two blocks a SM; attention_prefill_wgmma.cu) over contiguous K/V rows (kv not paged: a quantized
+// pool's compact bf16 copy, each sequence's positions 0 .. end - 1 from row kv_row0 on), q and out
+// of q_rows rows, K/V of kv_rows rows. Each tile computes what a version 3 launch of its chunk
+// computes for those rows. False, nothing launched, where it cannot run (not sm_90a, head_dim not
+// 64 or 128, paged or unaligned K/V): the caller falls back to the paged form.
+bool attention_prefill_varlen_wgmma_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
+bool attention_prefill_varlen_wgmma(const bf16* q, int64_t q_rows, KvLayout kv, int64_t kv_rows, bf16* out,
+                                    const PrefillTile* tiles, int64_t n_tiles, int n_heads, int n_kv_heads,
+                                    int head_dim, cudaStream_t stream);
 
 // Flash-decoding: one query token for each of `batch` sequences, q(batch, n_heads, head_dim);
 // sequence b attends to cache positions 0 .. kv_len[b] - 1 (kv_len in device memory, so a captured
