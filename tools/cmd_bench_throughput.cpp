@@ -35,6 +35,16 @@ struct ThroughputOptions {
   int64_t kv_cache_mb = 0;
 };
 
+// --max-num-batched-tokens 0 (the default here): vLLM's offline (LLM class) defaults, which
+// `vllm bench throughput` runs with: 16384 on a GPU of at least 70 GiB, 8192 on a smaller one; the
+// engine's own default (2048) on the CPU. Serving keeps the engine's default, a latency choice.
+int64_t default_batched_tokens(const Backend& backend) {
+  constexpr int64_t kLargeGpu = int64_t(70) << 30;
+  const int64_t device_bytes = backend.device_memory_bytes();
+  if (device_bytes == 0) return EngineOptions{}.max_batched_tokens;
+  return device_bytes >= kLargeGpu ? 16384 : 8192;
+}
+
 void run(ThroughputOptions o) {
   KILN_CHECK(o.num_prompts >= 1 && o.input_len >= 1 && o.output_len >= 1, invalid_argument,
              "--num-prompts, --input-len and --output-len must be positive");
@@ -45,6 +55,7 @@ void run(ThroughputOptions o) {
   apply_kv_cache_option(backend, o.m);  // before the engine sizes its pool: 8-bit K/V fit ~2x the tokens
   const int64_t vocab = backend.config().vocab_size;
   if (o.kv_cache_mb > 0) o.engine.kv_cache_bytes = o.kv_cache_mb << 20;
+  if (o.engine.max_batched_tokens == 0) o.engine.max_batched_tokens = default_batched_tokens(backend);
 
   std::mt19937_64 rng(o.seed);
   auto draw_len = [&](int32_t len) {
@@ -184,7 +195,10 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--random-range-ratio", o->range_ratio, "Vary lengths by up to this fraction")->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed for prompts and sampling")->capture_default_str();
+  o->engine.max_batched_tokens = 0;  // default_batched_tokens
   add_engine_options(cmd, o->engine, o->kv_cache_mb);
+  cmd->get_option("--max-num-batched-tokens")
+      ->description("Token budget of one step (0: 16384 on a GPU of >= 70 GiB, 8192 on a smaller one, 2048 on the CPU)");
   cmd->add_option("--json", o->json, "Write the results as JSON");
   cmd->add_option("--step-trace", o->engine.step_trace_path, "Write one CSV line per engine step (where its time goes)");
   cmd->callback([o] { run(*o); });

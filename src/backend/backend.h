@@ -103,6 +103,9 @@ class Backend {
   // The KV pool size an engine gets when the user names none: 1 GiB of host memory on the CPU;
   // a GPU backend returns gpu_memory_fraction of its free device memory.
   virtual int64_t default_kv_cache_bytes(double gpu_memory_fraction) const;
+  // Total memory of the device the backend runs on (0 on the CPU): `kiln bench throughput` sizes its
+  // default token budget by it, as vLLM's offline defaults do.
+  virtual int64_t device_memory_bytes() const { return 0; }
   // Device memory a step of up to max_tokens tokens and max_seqs sequences allocates besides the
   // pool (its activations): the engine takes it out of the default pool size first, so the first
   // large step does not run out of memory the pool took (0 on the CPU, whose pool is host memory).

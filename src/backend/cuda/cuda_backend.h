@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
   int64_t default_kv_cache_bytes(double gpu_memory_fraction) const override;
   // The activation arena of the largest step (CudaKvPool::ensure_rows at that size).
   int64_t step_memory_bytes(int64_t max_tokens, int64_t max_seqs) const override;
+  int64_t device_memory_bytes() const override;
 
   // Bytes of device memory free now (cudaMemGetInfo), to size a pool from a memory fraction.
   static int64_t free_device_memory();

@@ -508,6 +508,8 @@ int64_t CudaBackend::default_kv_cache_bytes(double gpu_memory_fraction) const {
   return int64_t(gpu_memory_fraction * double(free_device_memory()));
 }
 
+int64_t CudaBackend::device_memory_bytes() const { return cuda::device_info().total_mem; }
+
 int64_t CudaBackend::step_memory_bytes(int64_t max_tokens, int64_t max_seqs) const {
   // What CudaKvPool::ensure_rows allocates for the largest step (the decode workspace and the
   // metadata, a few MB, ride in the fraction of free memory left unused).
