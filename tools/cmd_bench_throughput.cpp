@@ -87,9 +87,9 @@ void run(ThroughputOptions o) {
   engine_options.max_waiting = std::max(engine_options.max_waiting, size_t(o.num_prompts) + 1);
   Engine engine(backend, engine_options);
   const EngineStats before = engine.stats();
-  fmt::print("model: {} | backend: {} | KV pool {} blocks x {} tokens | max_num_seqs {} | max_batched_tokens {}\n",
+  fmt::print("model: {} | backend: {} | KV pool {} blocks x {} tokens | max_num_seqs {} | max_batched_tokens {}{}\n",
              target.label, backend.name(), before.kv_blocks_total, before.block_size, o.engine.max_num_seqs,
-             o.engine.max_batched_tokens);
+             o.engine.max_batched_tokens, o.engine.prefill_first ? " | prefill first" : "");
 
   std::mutex mutex;
   std::condition_variable all_done;
@@ -149,6 +149,7 @@ void run(ThroughputOptions o) {
                         {"range_ratio", o.range_ratio},
                         {"max_num_seqs", o.engine.max_num_seqs},
                         {"max_batched_tokens", o.engine.max_batched_tokens},
+                        {"prefill_first", o.engine.prefill_first},
                         {"kv_blocks_total", s.kv_blocks_total},
                         {"block_size", s.block_size},
                         {"elapsed_time", seconds},
@@ -181,6 +182,8 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e, int64_t& kv_cache_mb) {
   cmd->add_option("--gpu-memory-fraction", e.gpu_memory_fraction, "Share of free GPU memory for the KV pool")
       ->capture_default_str();
   cmd->add_option("--max-model-len", e.max_model_len, "Most tokens per request (0: the model's context)");
+  cmd->add_flag("--prefill-first", e.prefill_first,
+                "Admit waiting prompts before running decodes (throughput over the running streams' latency)");
 }
 
 void add_bench_throughput_command(CLI::App& bench) {
@@ -198,7 +201,8 @@ void add_bench_throughput_command(CLI::App& bench) {
   o->engine.max_batched_tokens = 0;  // default_batched_tokens
   add_engine_options(cmd, o->engine, o->kv_cache_mb);
   cmd->get_option("--max-num-batched-tokens")
-      ->description("Token budget of one step (0: 16384 on a GPU of >= 70 GiB, 8192 on a smaller one, 2048 on the CPU)");
+      ->description("Token budget of one step (0: 16384 on a GPU of >= 70 GiB, 8192 on a smaller one, "
+                    "2048 on the CPU)");
   cmd->add_option("--json", o->json, "Write the results as JSON");
   cmd->add_option("--step-trace", o->engine.step_trace_path, "Write one CSV line per engine step (where its time goes)");
   cmd->callback([o] { run(*o); });

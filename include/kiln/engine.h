@@ -29,6 +29,10 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 0;         // 0: 1 GiB on the CPU; on a GPU gpu_memory_fraction of free memory
   double gpu_memory_fraction = 0.9;
   int64_t max_model_len = 0;          // prompt + output tokens per request; 0: the model's context
+  // Prefill-first steps (--prefill-first): while prompts wait and fit, a step admits them and the
+  // running requests' decodes wait (runtime/scheduler.h, rule 6): more throughput for an offline
+  // batch, a stall of every running stream while a prompt is admitted.
+  bool prefill_first = false;
   // The latency/throughput dial: when nothing is running, a step waits up to batch_wait for
   // target_batch_size requests to arrive before it starts.
   std::chrono::milliseconds batch_wait{0};

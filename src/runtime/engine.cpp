@@ -352,6 +352,7 @@ Engine::Engine(Backend& backend, EngineOptions options) : impl_(std::make_unique
   sc.max_num_seqs = o.max_num_seqs;
   sc.max_batched_tokens = o.max_batched_tokens;
   sc.max_model_len = m.max_model_len;
+  sc.prefill_first = o.prefill_first;
   sc.batch_window = {o.batch_wait, o.target_batch_size};
   sc.validate();
   m.scheduler = std::make_unique<Scheduler>(sc);

@@ -127,9 +127,16 @@ StepPlan Scheduler::schedule() {
   StepDraft draft;
   draft.picks.reserve(std::min(running_.size() + waiting_.size(), size_t(config_.max_num_seqs)));
   draft.budget = config_.max_batched_tokens;
-  schedule_decodes(draft);
-  schedule_running_prefill(draft);
-  admit_waiting(draft);
+  if (config_.prefill_first && !preempted_last_step_) {  // rule 6: prefill work only, if there is any
+    schedule_running_prefill(draft);
+    admit_waiting(draft, /*reserve_for_decodes=*/true);
+  }
+  if (draft.picks.empty()) {
+    schedule_decodes(draft);
+    schedule_running_prefill(draft);
+    admit_waiting(draft);
+  }
+  preempted_last_step_ = draft.preemptions > 0;
   StepPlan plan = build_plan(draft);
   step_open_ = true;
   return plan;
@@ -203,12 +210,16 @@ void Scheduler::schedule_running_prefill(StepDraft& draft) {
   draft.budget -= n;
 }
 
-void Scheduler::admit_waiting(StepDraft& draft) {
+void Scheduler::admit_waiting(StepDraft& draft, bool reserve_for_decodes) {
   if (draft.preemptions > 0) return;  // vLLM v1: a step that had to preempt admits nobody
   while (!waiting_.empty() && draft.budget > 0 && running_.size() < size_t(config_.max_num_seqs)) {
     RequestState& request = *waiting_.front();
     const int64_t chunk = std::min(request.num_tokens(), draft.budget);
-    if (!blocks_.can_allocate(chunk)) break;  // FCFS: nobody overtakes the head of the queue
+    // Rule 6 keeps a block for the next decode of every running request, this one included.
+    const int64_t reserve = reserve_for_decodes ? int64_t(running_.size()) + 1 : 0;
+    const int64_t bs = blocks_.block_size();
+    if (!blocks_.can_allocate(chunk) || (chunk + bs - 1) / bs + reserve > blocks_.num_free_blocks())
+      break;  // FCFS: nobody overtakes the head of the queue
     waiting_.pop_front();
     std::span<const int32_t> table = blocks_.allocate(request.id, chunk);
     request.status = RequestStatus::running;

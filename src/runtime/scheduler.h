@@ -25,7 +25,16 @@
 //     its blocks; it goes to the front of the waiting queue and later recomputes prompt + generated
 //     tokens, so its output is unchanged); when it is the newest itself, it preempts itself (vLLM).
 //     A prefill chunk never preempts: it shrinks to the free blocks, or waits a step.
-// The oldest request computes at least one token every step: as a decode it may preempt everyone
+//  6. Opt-in (prefill_first, vLLM v0's order; a throughput knob for offline batches): while a
+//     prompt waits and fits, a step runs prefill work only (rule 3's chunk, then rule 4's
+//     admissions, each admission leaving a free block for every running request's next decode),
+//     and the running requests' decodes wait; when nothing can be admitted the step is rules 2-4.
+//     Every request then reaches the decode phase sooner and the decode steps run full, at the cost
+//     of stalling the running requests while prompts are admitted. Not after a step that preempted
+//     (the victim would be readmitted at once, to be preempted again).
+// The oldest request computes at least one token every step (with prefill_first: at least once in
+// every run of prefill-only steps, which admission bounds by max_num_seqs and the prompts' chunks):
+// as a decode it may preempt everyone
 // newer (the budget, >= max_num_seqs, always covers every decode), and mid-prefill it is also the
 // newest, so it runs alone; submit() rejects any request that could not fit in the whole pool
 // alone. So nothing hangs and nothing starves: scheduler_trace_test checks this every step.
@@ -52,6 +61,7 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;  // most requests running at once (vLLM's max_num_seqs)
   int64_t max_batched_tokens = 2048;  // token budget per step; must be >= max_num_seqs (as vLLM)
   int64_t max_model_len = 0;  // most tokens (prompt + max_new_tokens) per request; 0: the pool's size
+  bool prefill_first = false;  // rule 6 above (--prefill-first)
   BatchWindow batch_window;
 
   // Throws kiln::Error(invalid_argument) naming the first bad field.
@@ -107,7 +117,8 @@ class Scheduler {
 
   void schedule_decodes(StepDraft& draft);
   void schedule_running_prefill(StepDraft& draft);
-  void admit_waiting(StepDraft& draft);
+  // reserve_for_decodes: admit only while a free block is left for every running request (rule 6).
+  void admit_waiting(StepDraft& draft, bool reserve_for_decodes = false);
   void preempt_newest(StepDraft& draft);
   // Preempts newer requests until `request` holds total_tokens; false when it is the newest and
   // the blocks still do not suffice.
@@ -128,6 +139,7 @@ class Scheduler {
   std::vector<RequestState*> running_;                    // oldest first
   uint64_t next_arrival_ = 0;
   int64_t preemptions_total_ = 0;
+  bool preempted_last_step_ = false;  // rule 6 waits a step after a preemption
 
   // The open step: what each chunk computes, so on_step_done can commit it. `request` stays valid
   // until then: a request cancelled meanwhile is kept (status finished) until on_step_done.

@@ -158,6 +158,55 @@ TEST(Scheduler, DecodesGoFirstAndPrefillTakesTheRestOfTheBudget) {
   EXPECT_EQ(plan.stats.num_seqs, 2);
 }
 
+// Rule 6: waiting prompts are admitted in a step of their own while the running decode waits;
+// the decodes of all three come next.
+TEST(Scheduler, PrefillFirstAdmitsBeforeTheRunningDecode) {
+  auto config = config_of(64, 4, 4, 8);
+  config.prefill_first = true;
+  Scheduler s(config);
+  s.submit(request(1, 4, 10));
+  step(s);
+  s.submit(request(2, 4, 10));
+  s.submit(request(3, 4, 10));
+  StepPlan plan = s.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[0].id, 2);
+  EXPECT_EQ(plan.chunks[1].id, 3);
+  EXPECT_EQ(plan.stats.decode_tokens, 0);
+  s.on_step_done(sample_all(plan));
+  s.check_invariants();
+  plan = s.schedule();
+  ASSERT_EQ(plan.chunks.size(), 3u);
+  EXPECT_EQ(plan.stats.decode_tokens, 3);
+  EXPECT_EQ(plan.chunks[0].id, 1);
+  s.on_step_done(sample_all(plan));
+}
+
+// Rule 6 admits only while a block is left for every running request's next decode; a prompt that
+// does not leave one waits for the ordinary step (decodes first, then admission without the reserve).
+TEST(Scheduler, PrefillFirstKeepsABlockForEveryRunningDecode) {
+  auto config = config_of(6, 4, 4, 16);
+  config.prefill_first = true;
+  Scheduler s(config);
+  s.submit(request(1, 6, 10));  // 2 blocks, room for 2 decodes
+  step(s);
+  s.submit(request(2, 6, 10));  // 2 blocks + 2 reserved (requests 1 and 2) of the 4 free: admitted
+  s.submit(request(3, 4, 10));  // 1 block + 3 reserved of the 2 left: waits
+  StepPlan plan = s.schedule();
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].id, 2);
+  s.on_step_done(sample_all(plan));
+  s.check_invariants();
+  plan = s.schedule();
+  ASSERT_EQ(plan.chunks.size(), 3u);
+  EXPECT_TRUE(plan.chunks[0].is_decode);
+  EXPECT_TRUE(plan.chunks[1].is_decode);
+  EXPECT_EQ(plan.chunks[2].id, 3);
+  EXPECT_FALSE(plan.chunks[2].is_decode);
+  s.on_step_done(sample_all(plan));
+  s.check_invariants();
+}
+
 TEST(Scheduler, MaxNumSeqsCapsTheRunningSet) {
   Scheduler s(config_of(32, 4, 2, 16));
   for (RequestId id = 1; id <= 3; ++id) s.submit(request(id, 2, 5));

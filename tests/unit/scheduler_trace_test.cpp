@@ -62,8 +62,12 @@ class TraceHarness {
       live_.erase(it);
     }
     if (oldest && live_.contains(oldest_id)) {
-      EXPECT_GT(scheduler.find(oldest_id)->num_computed, oldest_computed)
-          << "the oldest request " << oldest_id << " made no progress in step " << steps;
+      // Every step, or (prefill_first) within max_stall_steps of prefill-only steps.
+      stall_ = oldest_id == stalled_id_ ? stall_ : 0;
+      stalled_id_ = oldest_id;
+      stall_ = scheduler.find(oldest_id)->num_computed > oldest_computed ? 0 : stall_ + 1;
+      EXPECT_LE(stall_, max_stall_steps) << "the oldest request " << oldest_id << " made no progress for " << stall_
+                                         << " steps, up to step " << steps;
     }
     scheduler.check_invariants();
     check_exact_accounting();
@@ -87,6 +91,7 @@ class TraceHarness {
   int64_t max_batch = 0;
   std::set<RequestId> ever_preempted;
   std::map<RequestId, int64_t> finished_at;  // step of finishing
+  int64_t max_stall_steps = 0;  // steps the oldest request may go without progress (prefill_first)
 
  private:
   void check_plan(const StepPlan& plan, bool had_work) {
@@ -142,6 +147,8 @@ class TraceHarness {
 
   SchedulerConfig config_;
   int32_t eos_;
+  RequestId stalled_id_ = -1;
+  int64_t stall_ = 0;
   std::map<RequestId, RequestSpec> live_;  // submitted, neither finished nor cancelled
 };
 
@@ -165,46 +172,60 @@ RequestSpec random_request(RequestId id, std::mt19937& rng, int64_t prompt_max, 
 
 // Thousands of steps of random arrivals, finishes (EOS or length) and cancellations (queued,
 // running, preempted, and mid-step) in a pool too small for the load, for three fixed seeds.
+// With prefill_first (scheduler.h, rule 6) too: the oldest request then waits at most while
+// max_num_seqs requests are admitted, each in up to ceil(60 / 24) = 3 chunks.
 TEST(SchedulerTrace, RandomMixKeepsBlocksExactAndOutputsIdentical) {
-  for (uint32_t seed : {1u, 2u, 3u}) {
-    SCOPED_TRACE(::testing::Message() << "seed " << seed);
-    const auto config = config_of(40, 4, 6, 24);  // 160 tokens of KV
-    TraceHarness trace(config, /*eos=*/0);
-    std::mt19937 rng(seed);
-    RequestId next_id = 0;
-    for (int i = 0; i < 3000 && !HasFailure(); ++i) {
-      if (rng() % 100 < 20) trace.submit(random_request(next_id++, rng, 60, 80, 160));
-      auto random_live = [&] { return std::next(trace.live().begin(), long(rng() % trace.live().size()))->first; };
-      if (rng() % 100 < 3 && !trace.live().empty()) trace.cancel(random_live());
-      std::vector<RequestId> mid_step;
-      if (rng() % 100 < 3 && !trace.live().empty()) mid_step.push_back(random_live());
-      trace.step(mid_step);
+  for (const bool prefill_first : {false, true}) {
+    for (const uint32_t seed : {1u, 2u, 3u}) {
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " prefill_first " << prefill_first);
+      auto config = config_of(40, 4, 6, 24);  // 160 tokens of KV
+      config.prefill_first = prefill_first;
+      TraceHarness trace(config, /*eos=*/0);
+      trace.max_stall_steps = prefill_first ? 6 * 3 : 0;
+      std::mt19937 rng(seed);
+      RequestId next_id = 0;
+      for (int i = 0; i < 3000 && !HasFailure(); ++i) {
+        if (rng() % 100 < 20) trace.submit(random_request(next_id++, rng, 60, 80, 160));
+        auto random_live = [&] { return std::next(trace.live().begin(), long(rng() % trace.live().size()))->first; };
+        if (rng() % 100 < 3 && !trace.live().empty()) trace.cancel(random_live());
+        std::vector<RequestId> mid_step;
+        if (rng() % 100 < 3 && !trace.live().empty()) mid_step.push_back(random_live());
+        trace.step(mid_step);
+      }
+      trace.drain(20000);
+      EXPECT_GT(trace.finished_at.size(), 300u);
+      EXPECT_GT(trace.cancelled, 100);
+      EXPECT_GT(trace.ever_preempted.size(), 30u);
+      EXPECT_GT(trace.scheduler.num_preemptions(), 30);
+      EXPECT_GT(trace.mid_prompt_chunks, 100);
+      EXPECT_EQ(trace.max_batch, config.max_num_seqs);
     }
-    trace.drain(20000);
-    EXPECT_GT(trace.finished_at.size(), 300u);
-    EXPECT_GT(trace.cancelled, 100);
-    EXPECT_GT(trace.ever_preempted.size(), 30u);
-    EXPECT_GT(trace.scheduler.num_preemptions(), 30);
-    EXPECT_GT(trace.mid_prompt_chunks, 100);
-    EXPECT_EQ(trace.max_batch, config.max_num_seqs);
   }
 }
 
 // The reliability checklist's KV exhaustion case: room for two long sequences, 32 submitted at
 // once. All complete with exact token counts and exactly the tokens they produce alone.
 TEST(SchedulerTrace, KvExhaustionPreemptsAndEveryoneCompletesExactly) {
-  TraceHarness trace(config_of(30, 4, 8, 32), kNoEos);  // 120 tokens: two of 20 + 40
-  std::mt19937 rng(99);
-  for (RequestId id = 0; id < 32; ++id) {
-    RequestSpec spec;
-    spec.id = id;
-    for (int i = 0; i < 20; ++i) spec.prompt.push_back(int32_t(rng() % kVocab));
-    spec.max_new_tokens = 40;
-    trace.submit(spec);
+  for (bool prefill_first : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "prefill_first " << prefill_first);
+    auto config = config_of(30, 4, 8, 32);  // 120 tokens: two of 20 + 40
+    config.prefill_first = prefill_first;
+    TraceHarness trace(config, kNoEos);
+    trace.max_stall_steps = prefill_first ? 8 : 0;
+    std::mt19937 rng(99);
+    for (RequestId id = 0; id < 32; ++id) {
+      RequestSpec spec;
+      spec.id = id;
+      for (int i = 0; i < 20; ++i) spec.prompt.push_back(int32_t(rng() % kVocab));
+      spec.max_new_tokens = 40;
+      trace.submit(spec);
+    }
+    trace.drain(5000);
+    EXPECT_EQ(trace.finished_at.size(), 32u);  // outputs (40 tokens each) checked at every finish
+    if (!prefill_first) {
+      EXPECT_GT(trace.ever_preempted.size(), 4u);  // rule 6 keeps blocks for decodes: fewer or none
+    }
   }
-  trace.drain(5000);
-  EXPECT_EQ(trace.finished_at.size(), 32u);  // outputs (40 tokens each) checked at every finish
-  EXPECT_GT(trace.ever_preempted.size(), 4u);
 }
 
 // A steady stream of short requests, with a long request (most of the pool) every 150 steps. FCFS
