@@ -217,8 +217,7 @@ void Scheduler::admit_waiting(StepDraft& draft, bool reserve_for_decodes) {
     const int64_t chunk = std::min(request.num_tokens(), draft.budget);
     // Rule 6 keeps a block for the next decode of every running request, this one included.
     const int64_t reserve = reserve_for_decodes ? int64_t(running_.size()) + 1 : 0;
-    const int64_t bs = blocks_.block_size();
-    if (!blocks_.can_allocate(chunk) || (chunk + bs - 1) / bs + reserve > blocks_.num_free_blocks())
+    if (blocks_.blocks_for_tokens(chunk) + reserve > blocks_.num_free_blocks())
       break;  // FCFS: nobody overtakes the head of the queue
     waiting_.pop_front();
     std::span<const int32_t> table = blocks_.allocate(request.id, chunk);

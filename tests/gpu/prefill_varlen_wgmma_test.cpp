@@ -43,7 +43,7 @@ TEST(GpuPrefillVarlenWgmma, EqualsPerChunkVersion3AndTheCpu) {
     DeviceBuffer<bf16> out_chunks(size_t(M * q_row)), out_varlen(size_t(M * q_row));
     out_chunks.poison();
     out_varlen.poison();
-    if (!cuda::attention_prefill_varlen_wgmma_ok(dq.data(), kv, out_varlen.data(), cs.d))
+    if (!cuda::attention_prefill_wgmma_ok(dq.data(), kv, out_varlen.data(), cs.d))
       GTEST_SKIP() << "the wgmma prefill needs sm_90a";
 
     std::vector<cuda::PrefillTile> tiles;
@@ -82,13 +82,13 @@ TEST(GpuPrefillVarlenWgmma, DeclinesWhatItCannotRun) {
   auto dq = to_device_bf16(random_bf16_values(size_t(64 * 8 * 128), 91));
   DeviceBuffer<bf16> kv_rows(size_t(64 * 2 * 128)), out(size_t(64 * 8 * 128));
   const cuda::KvLayout kv{kv_rows.data(), kv_rows.data(), 0, 2 * 128, 128};
-  if (!cuda::attention_prefill_varlen_wgmma_ok(dq.data(), kv, out.data(), 128)) GTEST_SKIP() << "needs sm_90a";
+  if (!cuda::attention_prefill_wgmma_ok(dq.data(), kv, out.data(), 128)) GTEST_SKIP() << "needs sm_90a";
   cuda::KvLayout paged = kv;
   const int32_t* any_table = reinterpret_cast<const int32_t*>(kv_rows.data());
   paged.block_table = any_table, paged.bt_stride = 4, paged.block_shift = 4;
-  EXPECT_FALSE(cuda::attention_prefill_varlen_wgmma_ok(dq.data(), paged, out.data(), 128));
-  EXPECT_FALSE(cuda::attention_prefill_varlen_wgmma_ok(dq.data() + 1, kv, out.data(), 128));  // unaligned q
-  EXPECT_FALSE(cuda::attention_prefill_varlen_wgmma_ok(dq.data(), kv, out.data(), 96));      // head_dim
+  EXPECT_FALSE(cuda::attention_prefill_wgmma_ok(dq.data(), paged, out.data(), 128));
+  EXPECT_FALSE(cuda::attention_prefill_wgmma_ok(dq.data() + 1, kv, out.data(), 128));  // unaligned q
+  EXPECT_FALSE(cuda::attention_prefill_wgmma_ok(dq.data(), kv, out.data(), 96));      // head_dim
   const cuda::PrefillTile* no_tiles = nullptr;
   EXPECT_FALSE(cuda::attention_prefill_varlen_wgmma(dq.data(), 64, paged, 64, out.data(), no_tiles, 1, 8, 2, 128,
                                                     nullptr));

@@ -114,11 +114,11 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
     if (out_first < n) m.enqueue_head(a, a.x, 1);
     return;
   }
-  Impl::FusedDecode fused_decode{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }, !quantized,
-                                 m.norm_fold_for(seq.capacity())};
-  const bool fused = n == 1 && m.fused_decode_ok();
-  // Prefill: the qkv GEMM rotates and writes K/V itself where it can (Impl::enqueue_qkv_rope).
+  // Where the fused qkv GEMV (decode) or the qkv GEMM's epilogue (prefill, Impl::enqueue_qkv_rope)
+  // writes K/V when they rotate them themselves.
   const Impl::RopedRows roped_rows{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }};
+  const Impl::FusedDecode fused_decode{roped_rows, !quantized, m.norm_fold_for(seq.capacity())};
+  const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,
       [&](int64_t l, bool roped) -> bool {

@@ -333,11 +333,17 @@ struct CudaBackend::Impl {
                                                    int(c.head_dim), kv, max_kv_len);
   }
 
-  // Where the fused qkv GEMV puts K/V and reads the position (set: the layers run fused).
+  // Where a projection that applies RoPE itself (the fused qkv GEMV of one token, the qkv GEMM's
+  // epilogue, cuda::gemm_rope_kv, of n) puts K/V: the tokens' positions and, for a paged pool, their
+  // slots (device ints), and each layer's cache (contiguous, or the pool).
+  struct RopedRows {
+    const int32_t* positions = nullptr;
+    const int32_t* slots = nullptr;
+    std::function<cuda::KvLayout(int64_t layer)> kv_of;
+  };
+  // The fused decode GEMVs of one token (set: the layers run fused); rows: where its K/V go.
   struct FusedDecode {
-    const int32_t* position = nullptr;                    // device: the token's position
-    const int32_t* slot = nullptr;                        // device: its pool slot (paged), or null
-    std::function<cuda::KvLayout(int64_t layer)> kv_of;  // the layer's cache (contiguous, or the pool)
+    RopedRows rows;
     // false: only the gate/up GEMV is fused, the qkv GEMV is plain and attend(l) does RoPE and the
     // K/V write. A quantized cache needs this: a (token, KV head) vector's scale needs its amax, and
     // the fused qkv GEMV spreads one head's rows over 8 blocks (PERFORMANCE.md, session 5).
@@ -361,19 +367,11 @@ struct CudaBackend::Impl {
     return use_norm_fold && max_kv_len > min_positions;
   }
 
-  // Where the qkv GEMM with the RoPE epilogue (cuda::gemm_rope_kv, session 35) puts q and K/V for
-  // n tokens: their positions and, for a paged pool, their slots (device ints), and each layer's cache.
-  struct RopedRows {
-    const int32_t* positions = nullptr;
-    const int32_t* slots = nullptr;
-    std::function<cuda::KvLayout(int64_t layer)> kv_of;
-  };
-  // Where a projection that applies RoPE itself (the fused qkv GEMV, the qkv GEMM's epilogue) puts
-  // q (a.q) and K/V: the tokens' positions and, for a pool, slots (device ints), and the layer's cache.
-  cuda::RopeKvTarget rope_target(const cuda_backend::Activations& a, const int32_t* positions, const int32_t* slots,
-                                 const cuda::KvLayout& kv) const {
-    return {positions, slots, inv_freq.data(), rope_table.data(), rope_positions, c.rope.rot_dim,
-            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), a.q, kv};
+  // Layer l's RoPE target for those rows: q into a.q, K/V into rows.kv_of(l).
+  cuda::RopeKvTarget rope_target(const cuda_backend::Activations& a, const RopedRows& rows, int64_t l) const {
+    return {rows.positions, rows.slots, inv_freq.data(), rope_table.data(), rope_positions, c.rope.rot_dim,
+            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), a.q,
+            rows.kv_of(l)};
   }
 
   // The qkv product of n tokens with RoPE and the K/V write in its epilogue, where the GEMM takes it
@@ -382,7 +380,7 @@ struct CudaBackend::Impl {
                         const RopedRows& rows, int64_t n) {
     if (L.w_qkv.format != QuantFormat::none) return false;
     const int64_t H = c.hidden_size;
-    const cuda::RopeKvTarget target = rope_target(a, rows.positions, rows.slots, rows.kv_of(l));
+    const cuda::RopeKvTarget target = rope_target(a, rows, l);
     if (!cuda::gemm_rope_kv_ok(a.xn, L.w_qkv.bf16_data(), n, H, target)) return false;
     const bf16* bias = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
     // The GEMM's weight and x bytes and FLOPs, and rope_qkv's writes (its qkv read never happens).
@@ -417,7 +415,7 @@ struct CudaBackend::Impl {
       const bool qkv_in_ready = qkv_folded ? false : norm_for(a, L.attn_norm, L.w_qkv.view(), n);
       bool roped = false;
       if (fused && fused->qkv) {
-        const cuda::RopeKvTarget target = rope_target(a, fused->position, fused->slot, fused->kv_of(l));
+        const cuda::RopeKvTarget target = rope_target(a, fused->rows, l);
         profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv.view()));
         cost += profile::rope_qkv(1, c);
         op("qkv+rope.gemv", cost, [&] {

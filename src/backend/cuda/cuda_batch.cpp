@@ -196,12 +196,10 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
   // One sequence (the padded batch is 1): the fused decode GEMVs, K/V written by slot (a quantized
   // pool: only gate/up fused, FusedDecode::qkv).
   const bool fused = B == 1 && m.fused_decode_ok();
-  Impl::FusedDecode fused_decode{meta + ml.positions, meta + ml.slots,
-                                 [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }, !pool.quantized(),
-                                 m.norm_fold_for(max_kv_len)};
   // Large batches: the qkv GEMM rotates and writes K/V itself where it can (Impl::enqueue_qkv_rope).
   const Impl::RopedRows roped_rows{meta + ml.positions, meta + ml.slots,
                                    [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }};
+  const Impl::FusedDecode fused_decode{roped_rows, !pool.quantized(), m.norm_fold_for(max_kv_len)};
   m.enqueue_layers(
       a, meta + ml.tokens, B,
       [&](int64_t l, bool roped) {
@@ -320,10 +318,10 @@ void mixed_step(Impl& m, CudaKvPool& pool, std::span<const BatchEntry> entries, 
   const bool varlen = p.n_tiles > 0 && prefill_varlen_enabled() &&
                       cuda::attention_prefill_varlen_ok(pool.act.q, probe, pool.act.attn, int(c.head_dim));
   const bool compact = varlen && pool.quantized();
+  // The copy read as contiguous rows by the wgmma form (any aligned pointer stands for it).
+  const cuda::KvLayout rows_probe{pool.act.q, pool.act.q, 0, c.kv_dim(), int(c.head_dim)};
   const bool compact_wgmma = compact && prefill_varlen_wgmma_enabled() &&
-                             cuda::attention_prefill_varlen_wgmma_ok(pool.act.q, cuda::KvLayout{pool.act.q, pool.act.q, 0,
-                                                                                                c.kv_dim(), int(c.head_dim)},
-                                                                     pool.act.attn, int(c.head_dim));
+                             cuda::attention_prefill_wgmma_ok(pool.act.q, rows_probe, pool.act.attn, int(c.head_dim));
   const MetaLayout ml(p.M, p.n_dec, R, E, p.S, varlen ? p.n_tiles : 0, compact);
   if (p.n_dec > 0)
     pool.ensure_workspace(cuda::decode_workspace_floats(p.n_dec, int(c.n_heads), int(c.head_dim), p.max_dec_len));

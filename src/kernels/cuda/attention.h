@@ -68,9 +68,8 @@ void attention_prefill_varlen(const bf16* q, KvLayout kv, bf16* out, const Prefi
 // query heads of one KV head, two blocks a SM; attention_prefill_wgmma.cu) over contiguous K/V rows (kv not paged: a quantized
 // pool's compact bf16 copy, each sequence's positions 0 .. end - 1 from row kv_row0 on), q and out
 // of q_rows rows, K/V of kv_rows rows. Each tile computes what a version 3 launch of its chunk
-// computes for those rows. False, nothing launched, where it cannot run (not sm_90a, head_dim not
-// 64 or 128, paged or unaligned K/V): the caller falls back to the paged form.
-bool attention_prefill_varlen_wgmma_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim);
+// computes for those rows. It runs where attention_prefill_wgmma_ok accepts q, kv and out (sm_90a,
+// head_dim 64 or 128, contiguous 16-byte aligned K/V); false, nothing launched, elsewhere.
 bool attention_prefill_varlen_wgmma(const bf16* q, int64_t q_rows, KvLayout kv, int64_t kv_rows, bf16* out,
                                     const PrefillTile* tiles, int64_t n_tiles, int n_heads, int n_kv_heads,
                                     int head_dim, cudaStream_t stream);

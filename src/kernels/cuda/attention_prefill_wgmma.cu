@@ -531,14 +531,10 @@ bool attention_prefill_wgmma(int version, const bf16* q, KvLayout kv, bf16* out,
   return true;
 }
 
-bool attention_prefill_varlen_wgmma_ok(const bf16* q, KvLayout kv, const bf16* out, int head_dim) {
-  return attention_prefill_wgmma_ok(q, kv, out, head_dim);
-}
-
 bool attention_prefill_varlen_wgmma(const bf16* q, int64_t q_rows, KvLayout kv, int64_t kv_rows, bf16* out,
                                     const PrefillTile* tiles, int64_t n_tiles, int n_heads, int n_kv_heads,
                                     int head_dim, cudaStream_t stream) {
-  if (!attention_prefill_varlen_wgmma_ok(q, kv, out, head_dim) || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
+  if (!attention_prefill_wgmma_ok(q, kv, out, head_dim) || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
       n_tiles >= 65536 || q_rows >= (int64_t(1) << 31) || kv_rows >= (int64_t(1) << 31))
     return false;
   if (n_tiles <= 0) return true;
