@@ -109,7 +109,7 @@ TEST(GpuMatmul, GemmRopeEqualsGemmThenRope) {
         DeviceBuffer<bf16> q_got(q_want.size());
         q_got.zero();
         const cuda::RopeKvTarget target{dpos.data(), slot_ptr, dinv.data(), table.data(), table_positions, d,
-                                        cs.interleaved, cs.heads, cs.kv_heads, d, q_got.data(), got.kv};
+                                        cs.interleaved, cs.heads, cs.kv_heads, d, q_got.data(), got.kv, {}};
         // The fused GEMM runs where the plain one takes the 128x256 staged tiles (config 4): on a
         // 132-SM Hopper (H100 SXM, H200) at these shapes; another SM count may plan other tiles.
         if (cuda::gemm_wgmma_persistent_plan(cs.m, n, cs.k) != 4) {
@@ -142,7 +142,7 @@ TEST(GpuMatmul, GemmRopeDeclinesWhatItCannotTake) {
   DeviceBuffer<bf16> q(size_t(4096 * 4096)), kc(size_t(4096 * 1024)), vc(kc.size());
   const cuda::KvLayout kv{kc.data(), vc.data(), 0, 1024, 128};
   const cuda::RopeKvTarget ok{dpos.data(), dslots.data(), dinv.data(), nullptr, 0, 128, false, 32, 8, 128,
-                              q.data(), kv};
+                              q.data(), kv, {}};
   // Config 4 at M = 2048 on a 132-SM Hopper; the declines below hold on any device.
   if (cuda::gemm_wgmma_persistent_plan(2048, 6144, k) == 4) {
     EXPECT_TRUE(cuda::gemm_rope_kv_ok(dx.data(), dw.data(), 2048, k, ok));

@@ -166,6 +166,56 @@ TEST_P(GpuKvQuantBackend, ForwardBatchMatchesCpuSameFormat) {
               std::string(kv_cache_format_name(f)).c_str(), worst);
 }
 
+// The fused qkv GEMV into an 8-bit cache (session 37: each KV head's last block encodes the
+// vector, gemv_epilogues.cuh's RopeKvQuantEpi) against the plain qkv GEMV and the quantizing
+// rope_qkv launch: the same bytes and scales, so the same logits bit for bit, through a single
+// sequence's decode steps and a one-entry pool's (enqueue_decode with B = 1), graphs replayed.
+TEST_P(GpuKvQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
+  KILN_REQUIRE_GPU();
+  const ModelConfig c = config_of(GetParam().config);
+  const KvCacheFormat f = GetParam().format;
+  ModelWeights w = random_weights(c, 44, 0.08f);
+  CudaBackendOptions fused_on, fused_off;
+  fused_on.norm_fold = false;  // the folded norm rounds differently (backend_test.cpp)
+  fused_off.fused_decode = false;
+  CudaBackend a(c, w, fused_on), b(c, w, fused_off);
+  a.set_kv_cache_format(f);
+  b.set_kv_cache_format(f);
+  auto sa = a.new_sequence(128), sb = b.new_sequence(128);
+  auto p = prompt(37, c.vocab_size, 1);
+  std::vector<float> la, lb;
+  a.forward(*sa, p, false, la);
+  b.forward(*sb, p, false, lb);
+  ASSERT_EQ(la, lb) << "prefill (never fused)";
+  for (int step = 0; step < 8; ++step) {
+    int32_t t = int32_t((step * 29 + 5) % c.vocab_size);
+    if (step == 7) a.set_profiling(true);  // graphs are bypassed while profiling
+    a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
+    b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
+    ASSERT_EQ(la, lb) << "single-sequence decode step " << step;
+  }
+  bool rope_fused = false;  // the fused kernel did run
+  for (const KernelStat& st : a.kernel_stats()) rope_fused |= st.name.ends_with("qkv+rope.gemv");
+  EXPECT_TRUE(rope_fused);
+  a.set_profiling(false);
+  auto pa = a.new_kv_pool(12, 16), pb = b.new_kv_pool(12, 16);
+  const std::vector<int32_t> table = {7, 2, 9, 4, 11, 0};  // scattered blocks
+  const std::vector<int32_t> toks = prompt(60, c.vocab_size, 2);
+  for (int64_t len = 0, step = 0; len < 60; ++step) {
+    const int64_t n = step == 0 ? 50 : 1;
+    BatchEntry e;
+    e.tokens = std::span<const int32_t>(toks).subspan(size_t(len), size_t(n));
+    e.first_position = len;
+    e.block_table = table;
+    e.want_logits = true;
+    std::vector<BatchEntry> es{e};
+    a.forward_batch(*pa, es, la);
+    b.forward_batch(*pb, es, lb);
+    ASSERT_EQ(la, lb) << "pool step " << step;
+    len += n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, GpuKvQuantBackend,
                          testing::Values(Param{0, KvCacheFormat::int8}, Param{1, KvCacheFormat::int8},
                                          Param{2, KvCacheFormat::int8}, Param{3, KvCacheFormat::int8},

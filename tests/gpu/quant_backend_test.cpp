@@ -215,6 +215,47 @@ TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
   }
 }
 
+// The same with an int8 / fp8 KV cache (session 37: the fused qkv GEMV encodes each KV head's vector
+// in the head's last block, RopeKvQuantEpi) against the plain qkv GEMV and the quantizing rope_qkv
+// launch: the same bytes and scales, so the same logits, at both hidden sizes' K.
+TEST_P(GpuQuantBackend, FusedDecodeIntoAQuantizedCacheMatchesUnfused) {
+  KILN_REQUIRE_GPU();
+  const Variant v = GetParam();
+  if (v.format == QuantFormat::fp8) GTEST_SKIP() << "fp8 has no fused decode GEMVs";
+  for (const int64_t hidden : {int64_t(256), int64_t(4096)})
+    for (const KvCacheFormat kvf : {KvCacheFormat::int8, KvCacheFormat::fp8}) {
+      SCOPED_TRACE(testing::Message() << "hidden " << hidden << ", " << kv_cache_format_name(kvf) << " cache");
+      ModelConfig c = quant_config();
+      c.hidden_size = hidden;
+      ModelWeights w = random_weights(c, 45, 0.08f);
+      for (LayerWeights& L : w.layers)
+        for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+          quantize(*m, v.format, v.group ? v.group : m->cols);
+      CudaBackendOptions on, off;
+      on.norm_fold = false;
+      off.fused_decode = false;
+      CudaBackend a(c, w, on), b(c, w, off);
+      a.set_kv_cache_format(kvf);
+      b.set_kv_cache_format(kvf);
+      auto sa = a.new_sequence(200), sb = b.new_sequence(200);
+      auto p = prompt(70, c.vocab_size);
+      std::vector<float> la, lb;
+      a.forward(*sa, p, false, la);
+      b.forward(*sb, p, false, lb);
+      ASSERT_EQ(la, lb) << "prefill (never fused)";
+      for (int step = 0; step < 8; ++step) {
+        int32_t t = int32_t((step * 31 + 7) % c.vocab_size);
+        if (step == 7) a.set_profiling(true);  // graphs are bypassed while profiling
+        a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
+        b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
+        ASSERT_EQ(la, lb) << "decode step " << step;
+      }
+      bool rope_fused = false;
+      for (const KernelStat& st : a.kernel_stats()) rope_fused |= st.name.ends_with("qkv+rope.gemv");
+      EXPECT_TRUE(rope_fused) << v.name;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, GpuQuantBackend,
                          testing::Values(Variant{QuantFormat::int8, 0, "int8"}, Variant{QuantFormat::int8, 32, "int8_g32"},
                                          Variant{QuantFormat::int4, 128, "int4_g128"},

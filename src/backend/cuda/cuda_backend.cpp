@@ -104,8 +104,8 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   const int32_t* tokens = a.ints;
   const int32_t* positions = a.ints + C;
   const int32_t* kv_len = a.ints + 2 * C;
-  // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok); with a
-  // quantized cache only gate/up is fused (FusedDecode::qkv).
+  // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok), the qkv
+  // one into a quantized cache too unless switched off (Impl::fused_qkv_for).
   const bool quantized = seq.quant != cuda::KvQuant::none;
   if (n == 1 && m.use_megakernel && !quantized) {  // the decode megakernel (opt-in, cuda_megakernel.cpp)
     m.op("embed", profile::embed(1, c.hidden_size),
@@ -117,7 +117,9 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   // Where the fused qkv GEMV (decode) or the qkv GEMM's epilogue (prefill, Impl::enqueue_qkv_rope)
   // writes K/V when they rotate them themselves.
   const Impl::RopedRows roped_rows{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }};
-  const Impl::FusedDecode fused_decode{roped_rows, !quantized, m.norm_fold_for(seq.capacity())};
+  // The folded norms stay with bf16 caches, the only ones they were measured and tested with.
+  const Impl::FusedDecode fused_decode{roped_rows, Impl::fused_qkv_for(quantized),
+                                      !quantized && m.norm_fold_for(seq.capacity())};
   const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,
@@ -265,6 +267,9 @@ void CudaBackend::Impl::init_common() {
   rope_positions = std::clamp<int64_t>(c.context_length, 1, int64_t(1) << 18);  // <= 128 MB at rot_dim 128
   rope_table = DeviceBuffer<float2>(size_t(rope_positions * (c.rope.rot_dim / 2)));
   cuda::rope_table_fill(rope_table.data(), rope_positions, inv_freq.data(), c.rope.rot_dim, s());
+  kv_q8_values = DeviceBuffer<float>(size_t(2 * c.kv_dim()));
+  kv_q8_sync = DeviceBuffer<uint32_t>(size_t(4 * c.n_kv_heads));
+  KILN_CUDA_CHECK(cudaMemsetAsync(kv_q8_sync.data(), 0, kv_q8_sync.size() * sizeof(uint32_t), s()));
   const int64_t C = opt.max_chunk;
   act.allocate(c, C, 2 * C + 1, false);
   host_ints.grow(size_t(2 * C + 1));

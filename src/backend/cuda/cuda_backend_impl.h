@@ -58,6 +58,10 @@ struct CudaBackend::Impl {
   // positions are computed in the kernels.
   DeviceBuffer<float2> rope_table;
   int64_t rope_positions = 0;
+  // The fused qkv GEMV's staging for a quantized cache (cuda::KvQuantStage): a token's K and V
+  // values, then each KV head's amax and tile count (zeroed once; each launch leaves them zero).
+  DeviceBuffer<float> kv_q8_values;
+  DeviceBuffer<uint32_t> kv_q8_sync;
 
   // The single-sequence path's activations for max_chunk tokens (never reallocated: captured
   // graphs hold these addresses); `act.ints` = tokens (C) | positions (C) | kv_len (1).
@@ -345,12 +349,20 @@ struct CudaBackend::Impl {
   struct FusedDecode {
     RopedRows rows;
     // false: only the gate/up GEMV is fused, the qkv GEMV is plain and attend(l) does RoPE and the
-    // K/V write. A quantized cache needs this: a (token, KV head) vector's scale needs its amax, and
-    // the fused qkv GEMV spreads one head's rows over 8 blocks (PERFORMANCE.md, session 5).
+    // K/V write. A quantized cache took that path until session 37 (a vector's scale needs the
+    // amax of a head the fused qkv GEMV spreads over head_dim / 16 blocks); now the head's last
+    // block encodes it (cuda::KvQuantStage), unless KILN_FUSED_QKV_QUANT=0 (fused_qkv_for).
     bool qkv = true;
     // The RMSNorms folded into the GEMVs (use_norm_fold; needs qkv): as norm_fold_for decides.
     bool fold_norms = false;
   };
+  // Whether a batch-1 decode step fuses its qkv GEMV with RoPE and the K/V write (FusedDecode::qkv):
+  // always for a bf16 cache; for an 8-bit one unless KILN_FUSED_QKV_QUANT=0 (the same-binary
+  // comparison: the plain qkv GEMV and a quantizing rope_qkv launch, the same bits).
+  static bool fused_qkv_for(bool quantized_cache) {
+    static const bool quantized_on = env_switch_on("KILN_FUSED_QKV_QUANT");
+    return !quantized_cache || quantized_on;
+  }
   // Whether a batch-1 decode step over a cache of max_kv_len positions folds its norms: only where
   // the decode attention ends with its combine kernel (P > 1 split blocks: more than kDecodeSplit
   // positions). Right after a one-block split kernel (P = 1) the folded step measured slower:
@@ -371,7 +383,7 @@ struct CudaBackend::Impl {
   cuda::RopeKvTarget rope_target(const cuda_backend::Activations& a, const RopedRows& rows, int64_t l) const {
     return {rows.positions, rows.slots, inv_freq.data(), rope_table.data(), rope_positions, c.rope.rot_dim,
             c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), a.q,
-            rows.kv_of(l)};
+            rows.kv_of(l), {kv_q8_values.data(), kv_q8_sync.data()}};
   }
 
   // The qkv product of n tokens with RoPE and the K/V write in its epilogue, where the GEMM takes it

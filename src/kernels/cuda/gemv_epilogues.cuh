@@ -13,6 +13,7 @@
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/gemv_reduce.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pointwise_math.cuh"
 
@@ -89,7 +90,11 @@ __device__ __forceinline__ float warp0_value(const float (&red)[WA][16][8 * NT +
 
 // qkv: q and k heads' rotated runs paired (i, i + rot_dim / 2) for the rotate-half layout; every
 // other run (interleaved RoPE, the unrotated tail of a head, v) is 16 consecutive rows.
-struct RopeKvEpi {
+// kQuantCache (RopeKvQuantEpi): K/V into an int8 / fp8 cache through RopeKvTarget::q8; a separate
+// instantiation, so the bf16-cache kernels keep their code and registers (the quantized write in
+// the same kernels made the int8 / int4 qkv GEMVs spill).
+template <bool kQuantCache>
+struct RopeKvEpiT {
   const bf16* bias;
   RopeKvTarget o;
   NormApply norm = {};  // x is a NormProduce's z: scale the products by its s
@@ -123,6 +128,12 @@ struct RopeKvEpi {
   // shuffles. (Also the decode megakernel's qkv epilogue.)
   __device__ __forceinline__ void emit(int64_t n, float v, bool store) const {
     const float half_partner = __shfl_xor_sync(0xffffffffu, v, 8), pair_partner = __shfl_xor_sync(0xffffffffu, v, 1);
+    // A quantized cache (KvQuantStage): every lane of the warp takes part (its shuffles and the
+    // head's last-block hand-off).
+    if constexpr (kQuantCache) {
+      emit_quantized(n, rotated(n, v, half_partner, pair_partner), store);
+      return;
+    }
     if (!store) return;
     const int64_t pos = o.position[0], hd = o.head_dim;
     const int64_t qk_rows = int64_t(o.n_heads + o.n_kv_heads) * hd;
@@ -135,22 +146,83 @@ struct RopeKvEpi {
       return;
     }
     const int64_t h = n / hd, u = n - h * hd;
-    float out = v;
-    if (u < o.rot_dim) {
-      const int half = o.rot_dim / 2;
-      const bool first = o.interleaved ? (u & 1) == 0 : u < half;  // a (x0) or b (x1) of the pair
-      const int i = o.interleaved ? int(u >> 1) : first ? int(u) : int(u) - half;
-      const float partner = o.interleaved ? pair_partner : half_partner;
-      float s, c;
-      rope_sincos_cached(o.cos_sin, o.cos_sin_positions, half, pos, i, o.inv_freq, s, c);
-      out = first ? rope_a(v, partner, s, c) : rope_b(partner, v, s, c);
-    }
+    const float out = rotated(n, v, half_partner, pair_partner);
     if (h < o.n_heads)
       o.q_out[n] = __float2bfloat16(out);
     else
       o.kv.k[kv_at(h - o.n_heads) + u] = __float2bfloat16(out);
   }
+
+  // Row n's value after RoPE (q / k rows in the rotated part), fp32; v and unrotated rows as they are.
+  __device__ __forceinline__ float rotated(int64_t n, float v, float half_partner, float pair_partner) const {
+    const int64_t hd = o.head_dim, h = n / hd, u = n - h * hd;
+    if (h >= o.n_heads + o.n_kv_heads || u >= o.rot_dim) return v;
+    const int half = o.rot_dim / 2;
+    const bool first = o.interleaved ? (u & 1) == 0 : u < half;  // a (x0) or b (x1) of the pair
+    const int i = o.interleaved ? int(u >> 1) : first ? int(u) : int(u) - half;
+    const float partner = o.interleaved ? pair_partner : half_partner;
+    float s, c;
+    rope_sincos_cached(o.cos_sin, o.cos_sin_positions, half, o.position[0], i, o.inv_freq, s, c);
+    return first ? rope_a(v, partner, s, c) : rope_b(partner, v, s, c);
+  }
+
+  // The quantized cache's write (KvQuantStage): q rows as bf16; a K or V tile stages its 16 values,
+  // raises the head's amax and counts itself in; the head's last tile encodes the head_dim values
+  // with rope_qkv_quant's scale_of / encode (amax over |value| with NaN ignored, as fmaxf does there),
+  // so the bytes and the scale are the unfused kernels' bits.
+  __device__ __forceinline__ void emit_quantized(int64_t n, float out, bool store) const {
+    const int64_t hd = o.head_dim, q_rows = int64_t(o.n_heads) * hd, kv_dim = int64_t(o.n_kv_heads) * hd;
+    if (n < q_rows) {
+      if (store) o.q_out[n] = __float2bfloat16(out);
+      return;
+    }
+    const bool is_v = n >= q_rows + kv_dim;
+    const int64_t j = n - q_rows - (is_v ? kv_dim : 0);  // the element within K (or V) of this token
+    const int kvh = int(j / hd), head = (is_v ? o.n_kv_heads : 0) + kvh;
+    float* stage = o.q8.values + (is_v ? kv_dim : 0);
+    const float tile_amax = kvq::group_max(store ? fmaxf(0.0f, fabsf(out)) : 0.0f, 32);
+    if (store) {
+      __stcg(stage + j, out);
+      __threadfence();  // the staged value before this tile's count
+    }
+    __syncwarp();
+    const int lane = int(threadIdx.x % 32), tiles = int(hd / 16);
+    uint32_t* amax_bits = o.q8.sync + head;
+    uint32_t* count = o.q8.sync + 2 * o.n_kv_heads + head;
+    uint32_t last = 0;
+    if (lane == 0) {
+      atomicMax(amax_bits, __float_as_uint(tile_amax));  // non-negative floats order as their bits
+      __threadfence();
+      last = atomicAdd(count, 1u) == uint32_t(tiles - 1);
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence();  // the other tiles' values and amax, seen through L2 below
+    const float amax = __uint_as_float(__ldcg(amax_bits));
+    const int64_t si =
+        o.slot ? o.kv.slot_quant_index(o.slot[0], kvh) : o.kv.quant_index_as<false>(0, o.position[0], kvh);
+    if (o.kv.quant == KvQuant::int8)
+      encode_head<KvQuant::int8>(stage + int64_t(kvh) * hd, amax, is_v, si, lane);
+    else
+      encode_head<KvQuant::fp8>(stage + int64_t(kvh) * hd, amax, is_v, si, lane);
+    __syncwarp();
+    if (lane == 0) {  // for the next launch (the next layer, a graph replay)
+      *amax_bits = 0u;
+      *count = 0u;
+    }
+  }
+
+  template <KvQuant F>
+  __device__ __forceinline__ void encode_head(const float* staged, float amax, bool is_v, int64_t si, int lane) const {
+    float scale, inv;
+    kvq::scale_of<F>(amax, scale, inv);
+    uint8_t* dst = (is_v ? o.kv.v8 : o.kv.k8) + si * o.head_dim;
+    for (int e = lane; e < o.head_dim; e += 32) dst[e] = kvq::encode<F>(__ldcg(staged + e), inv);
+    if (lane == 0) (is_v ? o.kv.v_scale : o.kv.k_scale)[si] = scale;
+  }
 };
+
+using RopeKvEpi = RopeKvEpiT<false>;
+using RopeKvQuantEpi = RopeKvEpiT<true>;
 
 // gate/up: tile b multiplies gate rows 8b .. 8b + 7 and up rows inter + 8b .. + 7.
 struct SwiGluEpi {

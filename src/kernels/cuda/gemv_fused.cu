@@ -17,8 +17,8 @@ bool gemv_rope_kv_fusable(int rot_dim, int head_dim, int64_t K) {
 int64_t require_rope_kv_target(const RopeKvTarget& out, int64_t K) {
   KILN_CUDA_REQUIRE(gemv_rope_kv_fusable(out.rot_dim, out.head_dim, K), "fused qkv GEMV: unsupported shape");
   KILN_CUDA_REQUIRE(out.slot || !out.kv.paged(), "fused qkv GEMV: a paged pool is written by slot");
-  KILN_CUDA_REQUIRE(!out.kv.quantized(),
-                    "the fused qkv GEMV writes a bf16 cache (a quantized one: qkv GEMV + rope_qkv_quant)");
+  KILN_CUDA_REQUIRE(!out.kv.quantized() || (out.q8.values && out.q8.sync),
+                    "the fused qkv GEMV into a quantized cache needs its staging (RopeKvTarget::q8)");
   return int64_t(out.n_heads + 2 * out.n_kv_heads) * out.head_dim;
 }
 
@@ -35,7 +35,10 @@ void gemv_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTa
                   cudaStream_t stream, const NormApply& norm) {
   const int64_t N = require_rope_kv_target(out, K);
   require_norm_apply(norm, K);
-  launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out, norm}, stream);
+  if (out.kv.quantized())
+    launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvQuantEpi{bias, out, norm}, stream);
+  else
+    launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out, norm}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 // Decode GEMVs (one token, M = 1, bf16 weights) with the pointwise kernel after them folded into
 // their epilogue, so a layer of a batch-1 decode step is 7 kernels instead of 9:
-//   gemv_rope_kv: qkv projection -> RoPE -> q out, K/V into the cache (replaces qkv GEMV + rope_qkv)
+//   gemv_rope_kv: qkv projection -> RoPE -> q out, K/V into the cache (replaces qkv GEMV + rope_qkv;
+//                 an 8-bit cache through RopeKvTarget::q8, each KV head's last block encoding it)
 //   gemv_swiglu:  gate/up projection -> silu(gate) * up              (replaces gate_up GEMV + silu_mul)
 // How (gemv_mma.cuh's kernel with the row choice and the epilogue replaced): a block's 16 weight
 // rows are two runs of 8 (rows g and g + 8 of its MMA tile), chosen so the two values a pointwise op
@@ -25,8 +26,8 @@ namespace kiln::cuda {
 // never straddle a head or the rotated part), K a multiple of 8.
 bool gemv_rope_kv_fusable(int rot_dim, int head_dim, int64_t K);
 // The fused qkv GEMV's checks of its target, bf16 and int8 / int4 alike: the shape above, K/V
-// written by slot into a paged pool, and a bf16 cache (KILN_CUDA_REQUIRE). Returns the
-// projection's rows, q_dim + 2 kv_dim.
+// written by slot into a paged pool, and a bf16 cache or a quantized one with its staging
+// (RopeKvTarget::q8) (KILN_CUDA_REQUIRE). Returns the projection's rows, q_dim + 2 kv_dim.
 int64_t require_rope_kv_target(const RopeKvTarget& out, int64_t K);
 
 // The RMSNorm between a residual-add GEMV (o, down) and the GEMV after it (gate/up, the next

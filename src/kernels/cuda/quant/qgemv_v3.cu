@@ -64,8 +64,10 @@ constexpr int kV3MaxWarps = 8;
 // per-channel form spilled, ptxas, session 28) and whose launches run one tile a block on the Llama
 // shapes. With x from L2 (M > 8 at K = 4096) the draw code cost the int4 group-32 kernel a spill and
 // the first form of drawing measured M = 16 gate/up slower (session 28).
+template <class E>
+constexpr bool kIsRopeKv = std::is_same_v<E, RopeKvEpi> || std::is_same_v<E, RopeKvQuantEpi>;
 template <class E, bool XS>
-constexpr bool kV3Draws = XS && !std::is_same_v<E, RopeKvEpi>;
+constexpr bool kV3Draws = XS && !kIsRopeKv<E>;
 
 // NT n-tiles of 8 activation rows; D super-chunks in flight per warp; XS: x staged in shared memory.
 // Blocks of 4 or 8 warps (blockDim.x), K split over them.
@@ -454,7 +456,7 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
                                                                  : V3Format<QuantFormat::int8>::KS),
                                warps, D, per, tiles % blocks != 0);
   if (kV3Draws<E, XS> && own > 0 && (deal = tile_counter_next(stream)) != nullptr) per = own;
-  const bool l2_rest = v3_l2_rest(std::is_same_v<E, RopeKvEpi>, tiles <= blocks);
+  const bool l2_rest = v3_l2_rest(kIsRopeKv<E>, tiles <= blocks);
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
                    w.cols, w.group, shift, per, deal, l2_rest, qgemv_trace_next_slot(w.rows, w.cols));
@@ -574,7 +576,9 @@ void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const Rope
   KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_rope_kv: unsupported weight");
   KILN_CUDA_REQUIRE(w.rows == require_rope_kv_target(out, w.cols), "qgemv_rope_kv: rows");
   require_norm_apply(norm, w.cols);
-  KILN_CUDA_REQUIRE(by_format(x, w, RopeKvEpi{bias, out, norm}, 1, true, true, stream), "qgemv_rope_kv: group layout");
+  const bool ran = out.kv.quantized() ? by_format(x, w, RopeKvQuantEpi{bias, out, norm}, 1, true, true, stream)
+                                      : by_format(x, w, RopeKvEpi{bias, out, norm}, 1, true, true, stream);
+  KILN_CUDA_REQUIRE(ran, "qgemv_rope_kv: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
 
