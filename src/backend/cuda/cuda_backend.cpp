@@ -105,7 +105,7 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   const int32_t* positions = a.ints + C;
   const int32_t* kv_len = a.ints + 2 * C;
   // A decode step (one token) runs the fused GEMVs where they apply (Impl::fused_decode_ok), the qkv
-  // one into a quantized cache too unless switched off (Impl::fused_qkv_for).
+  // one into a quantized cache too unless switched off (Impl::fused_decode_for).
   const bool quantized = seq.quant != cuda::KvQuant::none;
   if (n == 1 && m.use_megakernel && !quantized) {  // the decode megakernel (opt-in, cuda_megakernel.cpp)
     m.op("embed", profile::embed(1, c.hidden_size),
@@ -117,9 +117,7 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   // Where the fused qkv GEMV (decode) or the qkv GEMM's epilogue (prefill, Impl::enqueue_qkv_rope)
   // writes K/V when they rotate them themselves.
   const Impl::RopedRows roped_rows{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }};
-  // The folded norms stay with bf16 caches, the only ones they were measured and tested with.
-  const Impl::FusedDecode fused_decode{roped_rows, Impl::fused_qkv_for(quantized),
-                                      !quantized && m.norm_fold_for(seq.capacity())};
+  const Impl::FusedDecode fused_decode = m.fused_decode_for(roped_rows, quantized, seq.capacity());
   const bool fused = n == 1 && m.fused_decode_ok();
   m.enqueue_layers(
       a, tokens, n,

@@ -351,17 +351,19 @@ struct CudaBackend::Impl {
     // false: only the gate/up GEMV is fused, the qkv GEMV is plain and attend(l) does RoPE and the
     // K/V write. A quantized cache took that path until session 37 (a vector's scale needs the
     // amax of a head the fused qkv GEMV spreads over head_dim / 16 blocks); now the head's last
-    // block encodes it (cuda::KvQuantStage), unless KILN_FUSED_QKV_QUANT=0 (fused_qkv_for).
+    // block encodes it (cuda::KvQuantStage), unless KILN_FUSED_QKV_QUANT=0 (fused_decode_for).
     bool qkv = true;
     // The RMSNorms folded into the GEMVs (use_norm_fold; needs qkv): as norm_fold_for decides.
     bool fold_norms = false;
   };
-  // Whether a batch-1 decode step fuses its qkv GEMV with RoPE and the K/V write (FusedDecode::qkv):
-  // always for a bf16 cache; for an 8-bit one unless KILN_FUSED_QKV_QUANT=0 (the same-binary
-  // comparison: the plain qkv GEMV and a quantizing rope_qkv launch, the same bits).
-  static bool fused_qkv_for(bool quantized_cache) {
-    static const bool quantized_on = env_switch_on("KILN_FUSED_QKV_QUANT");
-    return !quantized_cache || quantized_on;
+  // A batch-1 decode step's fused GEMVs writing K/V to `rows`, over a cache of max_kv_len positions:
+  // the qkv GEMV fused with RoPE and the K/V write always for a bf16 cache, for an 8-bit one unless
+  // KILN_FUSED_QKV_QUANT=0 (the same-binary comparison: the plain qkv GEMV and a quantizing rope_qkv
+  // launch, the same bits); the folded norms (norm_fold_for) with bf16 caches only, the only ones
+  // they were measured and tested with.
+  FusedDecode fused_decode_for(const RopedRows& rows, bool quantized_cache, int64_t max_kv_len) const {
+    static const bool quantized_qkv = env_switch_on("KILN_FUSED_QKV_QUANT");
+    return {rows, !quantized_cache || quantized_qkv, !quantized_cache && norm_fold_for(max_kv_len)};
   }
   // Whether a batch-1 decode step over a cache of max_kv_len positions folds its norms: only where
   // the decode attention ends with its combine kernel (P > 1 split blocks: more than kDecodeSplit

@@ -194,14 +194,12 @@ void enqueue_decode(Impl& m, CudaKvPool& pool, int64_t B, int64_t S, const profi
   const cuda::DecodeWorkspace ws =
       cuda::decode_workspace(pool.workspace.data(), B, int(c.n_heads), int(c.head_dim), max_kv_len);
   // One sequence (the padded batch is 1): the fused decode GEMVs, K/V written by slot (into a
-  // quantized pool too, unless switched off: Impl::fused_qkv_for).
+  // quantized pool too, unless switched off: Impl::fused_decode_for).
   const bool fused = B == 1 && m.fused_decode_ok();
   // Large batches: the qkv GEMM rotates and writes K/V itself where it can (Impl::enqueue_qkv_rope).
   const Impl::RopedRows roped_rows{meta + ml.positions, meta + ml.slots,
                                    [&](int64_t l) { return pool.layer(l, meta + ml.table, S); }};
-  // The folded norms stay with bf16 pools, the only ones they were measured and tested with.
-  const Impl::FusedDecode fused_decode{roped_rows, Impl::fused_qkv_for(pool.quantized()),
-                                      !pool.quantized() && m.norm_fold_for(max_kv_len)};
+  const Impl::FusedDecode fused_decode = m.fused_decode_for(roped_rows, pool.quantized(), max_kv_len);
   m.enqueue_layers(
       a, meta + ml.tokens, B,
       [&](int64_t l, bool roped) {
