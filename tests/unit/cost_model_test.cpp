@@ -59,6 +59,18 @@ TEST(CostModel, QuantizedHeadWidthAppliesToTheHeadOnly) {
   EXPECT_DOUBLE_EQ(find(head_too, "lm_head.gemv", false), 0.5625 * 128256 * 4096 + 8192 + 513024);
 }
 
+// An 8-bit KV cache (kv = 1 + 4 / head_dim: a byte a value and an fp32 scale per head vector): the
+// RoPE op's K/V write shrinks to it; its qkv read and q write stay bf16 (the CUDA backend charges the
+// fused qkv GEMV and the quantizing rope_qkv this way).
+TEST(CostModel, RopeKvWriteTakesTheCacheWidth) {
+  ModelConfig c = preset_config("llama3-8b");  // q 4096, K/V 1024 each
+  profile::Widths q8;
+  q8.kv = 1.0 + 4.0 / 128;
+  // qkv row 6144 x 2 B read, q 4096 x 2 B written; K/V: 2048 values x 2 B, or x 1 B + 16 heads x 4 B.
+  EXPECT_DOUBLE_EQ(profile::rope_qkv(1, c).bytes, 12288.0 + 8192 + 4096);
+  EXPECT_DOUBLE_EQ(profile::rope_qkv(1, c, q8).bytes, 12288.0 + 8192 + 2048 + 64);
+}
+
 TEST(CostModel, Llama3_8bPrefill512LayerByHand) {
   ModelConfig c = preset_config("llama3-8b");
   auto ops = profile::step_ops(c, 512, 0, 1);

@@ -124,7 +124,7 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
       [&](int64_t l, bool roped) -> bool {
         const cuda::KvLayout kv = seq.layer(c, l);
         if (!roped && (!fused || !fused_decode.qkv)) {  // unless the qkv GEMV / GEMM rotated and wrote K/V
-          m.op("rope_qkv", profile::rope_qkv(n, c), [&] {
+          m.op("rope_qkv", profile::rope_qkv(n, c, m.kv_widths(kv.quantized())), [&] {
             cuda::rope_qkv(a.qkv, positions, nullptr, n, m.inv_freq.data(), c.rope.rot_dim,
                            c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
                            a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);

@@ -399,7 +399,7 @@ struct CudaBackend::Impl {
     const bf16* bias = L.b_qkv.size() ? L.b_qkv.data() : nullptr;
     // The GEMM's weight and x bytes and FLOPs, and rope_qkv's writes (its qkv read never happens).
     profile::Cost cost = profile::linear(n, qkv_dim(), H, 0, weight_widths(L.w_qkv.view()));
-    const profile::Cost rope = profile::rope_qkv(n, c);
+    const profile::Cost rope = profile::rope_qkv(n, c, kv_widths(target.kv.quantized()));
     cost += profile::Cost{rope.bytes - 2.0 * double(n) * double(qkv_dim()), rope.flops};
     op("qkv+rope.gemm", cost, [&] {
       KILN_CHECK(cuda::gemm_rope_kv(a.xn, L.w_qkv.bf16_data(), bias, target, n, H, s()), internal,
@@ -431,7 +431,7 @@ struct CudaBackend::Impl {
       if (fused && fused->qkv) {
         const cuda::RopeKvTarget target = rope_target(a, fused->rows, l);
         profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv.view()));
-        cost += profile::rope_qkv(1, c);
+        cost += profile::rope_qkv(1, c, kv_widths(target.kv.quantized()));  // an 8-bit cache: 1 byte a K/V value
         op("qkv+rope.gemv", cost, [&] {
           const cuda::NormApply norm = qkv_folded ? folded : cuda::NormApply{};
           if (L.w_qkv.format == QuantFormat::none)

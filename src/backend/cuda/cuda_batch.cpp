@@ -176,7 +176,7 @@ void enqueue_rope_slots(Impl& m, const CudaKvPool& pool, const cuda::KvLayout& k
                         const int32_t* slots, int64_t M) {
   const ModelConfig& c = m.c;
   const cuda_backend::Activations& a = pool.act;
-  m.op("rope_qkv", profile::rope_qkv(M, c), [&] {
+  m.op("rope_qkv", profile::rope_qkv(M, c, m.kv_widths(kv.quantized())), [&] {
     cuda::rope_qkv_slots(a.qkv, positions, slots, M, m.inv_freq.data(), c.rope.rot_dim,
                          c.rope.style == RopeStyle::interleaved, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
                          a.q, kv, m.s(), m.rope_table.data(), m.rope_positions);
