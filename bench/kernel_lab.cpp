@@ -105,6 +105,16 @@ double copy_traffic_ms(int64_t half) {
                  100);
 }
 
+// A read of one call's weight bytes and nothing else (read_device), from buffers rotating through
+// more than 4x the L2: the ceiling of a read-only kernel timed as one call, ramp and tail included
+// (the "read" rows beside the GEMVs; a GEMV writes almost nothing, a copy writes half its traffic).
+double read_traffic_ms(int64_t bytes) {
+  const int copies = int(std::max<int64_t>(2, kRotateBytes / bytes + 1));
+  std::vector<DeviceBuffer<char>> src;
+  for (int i = 0; i < copies; ++i) src.emplace_back(size_t(bytes));
+  DeviceBuffer<uint32_t> sink(1);
+  return time_ms([&](int i) { read_device(src[size_t(i % copies)].data(), bytes, sink.data(), nullptr); }, 100);
+}
 
 void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t>& ms, bool gemm) {
   for (const MatShape& s : g_shapes) {
@@ -188,6 +198,7 @@ void bench_matmul(double copy_gbs, CublasGemm& cublas, const std::vector<int64_t
       if (!gemm && m == 1) {
         const int64_t half = wsize;  // bytes: half of the weight's N x K x 2
         record("gemv", shape, "copy", copy_traffic_ms(half), 2.0 * double(half), 0, copy_gbs, 0);
+        record("gemv", shape, "read", read_traffic_ms(2 * half), 2.0 * double(half), 0, copy_gbs, 0);
       }
     }
   }
@@ -454,6 +465,8 @@ void bench_quant(double copy_gbs, CublasGemm& cublas) {
           if (m == 1) {  // the same bytes copied between buffers of their own, as the bf16 rows' "copy"
             const int64_t half = int64_t(cost.bytes / 2) & ~int64_t(15);
             record("qgemv", shape, std::string(f.label) + "-copy", copy_traffic_ms(half), 2.0 * double(half), 0,
+                   copy_gbs, 0);
+            record("qgemv", shape, std::string(f.label) + "-read", read_traffic_ms(2 * half), 2.0 * double(half), 0,
                    copy_gbs, 0);
           }
           t = time_ms([&](int i) { qgemv(x.data(), views[size_t(i % copies)], nullptr, y.data(), OutMode::store_bf16, m, nullptr); }, 100);

@@ -17,4 +17,9 @@ void fill_f32(float* dst, int64_t n, float value, cudaStream_t stream);
 // report against.
 void copy_device(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
 
+// Reads `bytes` (% 16 == 0) of src with the GEMVs' 16-byte streaming load and nothing else (sink is
+// written only in a case no real data meets): how fast a kernel that only reads can stream those
+// bytes in one call, the ceiling of a read-only kernel such as a GEMV (a copy also writes).
+void read_device(const void* src, int64_t bytes, uint32_t* sink, cudaStream_t stream);
+
 }  // namespace kiln::cuda
