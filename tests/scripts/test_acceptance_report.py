@@ -89,3 +89,14 @@ def test_gemv_lines_carry_a_copy_of_the_same_bytes(tmp_path):
     int4 = [r for r in copies.values() if r["issue"] == 10]
     assert len(int4) == 5 and min(float(r["measured"].rstrip("%")) for r in int4) == 45.8
     assert all(r["verdict"] == "-" for r in copies.values())
+
+
+def test_session38_read_rows_beside_the_copy_rows(tmp_path):
+    # H100, session 38 call A: the lab's read of a call's bytes (nothing written), context rows only.
+    rows, _ = run_report(tmp_path, prefix="2026-12-06_s38_callA_h100_")
+    assert rows["  a read of bf16 qkv's bytes, M=1"]["measured"] == "88.6%"
+    assert rows["  a read of bf16 o's bytes, M=1"]["measured"] == "82.0%"
+    assert rows["  a copy of bf16 o's bytes, M=1"]["measured"] == "76.3%"
+    assert rows["  a read of int4 o's bytes, M=1"]["measured"] == "48.2%"
+    assert all(r["verdict"] == "-" for line, r in rows.items() if line.startswith("  a read"))
+    assert rows["GEMV gate_up M=1 faster than cuBLAS"]["measured"] == "0.99x"
