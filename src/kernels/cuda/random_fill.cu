@@ -28,7 +28,8 @@ __global__ void copy16_kernel(uint4* __restrict__ dst, const uint4* __restrict__
 }
 
 // Reads n 16-byte words and keeps an XOR of them (written only if it hits a value no test data
-// has, so the loads stay): 8 streaming loads in flight a thread before any is used.
+// has, so the loads stay): 8 streaming loads a thread written before any is used (ptxas: 32
+// registers, so 8 blocks of 256 fit a SM).
 constexpr int kReadUnroll = 8;
 __global__ void read16_kernel(const uint4* __restrict__ src, int64_t n, uint32_t* __restrict__ sink) {
   const int64_t threads = int64_t(gridDim.x) * blockDim.x;
