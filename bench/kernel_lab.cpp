@@ -1,7 +1,9 @@
 // kernel_lab: every kernel on the Llama-3-8B shapes, validated against cuBLAS (matrix products),
 // then timed with CUDA events: warm-up, median of many repetitions, inputs rotated through more
 // than the 60 MB L2. Prints achieved GB/s or TFLOP/s next to the ceilings measured in the same
-// run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH.
+// run (a 16-byte copy kernel) or assumed (kPeakTflops), and writes everything to --json PATH. Beside
+// each M = 1 GEMV: "copy" (its bytes copied, half read and half written) and "read" (its bytes only
+// read), each timed as one call: how far a memory-bound call of that size can go.
 //   kernel_lab [--json PATH] [--quick] [--skinny] [--attention] [--quant] [--decode] [--gemv] [--gemm]
 //              [--gemm-m M] [--gemm-add] [--attention-batch] [--model PRESET] [--unheld]
 //   (--skinny: only the batched-decode GEMMs, M = 32..256; --attention: only the attention kernels;
