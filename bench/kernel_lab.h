@@ -126,6 +126,13 @@ inline std::string shape_name(const MatShape& s, int64_t m) {
   return shape;
 }
 
+// The ceilings (kernel_lab_ceilings.cpp): the copy kernel's GB/s over 1 GB (printed with the timing's
+// floor, an empty kernel); one call's traffic copied (`half` bytes read, `half` written) or only read,
+// ms, from buffers rotating through more than 4x the L2.
+double copy_ceiling();
+double copy_traffic_ms(int64_t half);
+double read_traffic_ms(int64_t bytes);
+
 // The attention benches (kernel_lab_attention.cpp).
 void probe_wgmma_prefill();
 void bench_attention(double copy_gbs);

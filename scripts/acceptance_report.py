@@ -62,14 +62,15 @@ def lab_us(lab, kernel, shape, version):
 
 def copy_row(rep, issue, lab, kernel, shape, version, fmt):
     """Context for a "% of copy" line, no verdict: the lab's copy kernel moving the call's bytes (half
-    read, half written) in one call of the same size, and its read kernel reading them all. A call of 10-50 MB is mostly ramp and tail, so
-    this is as far as any kernel timed as one call can go on that shape."""
+    read, half written) in one call of the same size, and its read kernel reading them all. A call of
+    10-50 MB is mostly ramp and tail, so this is as far as any kernel timed as one call can go on that
+    shape."""
     r = lab_us(lab, kernel, shape, version)
     if r:
         rep.add(issue, f"  a copy of {fmt} {shape.split()[0]}'s bytes, M=1", "context", r["pct_copy"], None, "%")
     # The same bytes read and nothing written (the lab's read kernel, from session 38): the ceiling of a
     # read-only kernel such as a GEMV timed as one call.
-    r = lab_us(lab, kernel, shape, version[:-len("copy")] + "read")
+    r = lab_us(lab, kernel, shape, version.replace("copy", "read"))
     if r:
         rep.add(issue, f"  a read of {fmt} {shape.split()[0]}'s bytes, M=1", "context", r["pct_copy"], None, "%")
 

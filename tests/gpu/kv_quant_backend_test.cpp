@@ -22,6 +22,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "batch_test_util.h"
+#include "fused_decode_test_util.h"
 #include "gpu_test_models.h"
 #include "gpu_test_util.h"
 #include "kiln/error.h"
@@ -182,22 +183,13 @@ TEST_P(GpuKvQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
   a.set_kv_cache_format(f);
   b.set_kv_cache_format(f);
   auto sa = a.new_sequence(128), sb = b.new_sequence(128);
-  auto p = prompt(37, c.vocab_size, 1);
-  std::vector<float> la, lb;
-  a.forward(*sa, p, false, la);
-  b.forward(*sb, p, false, lb);
-  ASSERT_EQ(la, lb) << "prefill (never fused)";
-  for (int step = 0; step < 8; ++step) {
-    int32_t t = int32_t((step * 29 + 5) % c.vocab_size);
-    if (step == 7) a.set_profiling(true);  // graphs are bypassed while profiling
-    a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
-    b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
-    ASSERT_EQ(la, lb) << "single-sequence decode step " << step;
-  }
   bool rope_fused = false;  // the fused kernel did run
-  for (const KernelStat& st : a.kernel_stats()) rope_fused |= st.name.ends_with("qkv+rope.gemv");
+  ASSERT_NO_FATAL_FAILURE(
+      decode_both_same_bits(a, b, *sa, *sb, prompt(37, c.vocab_size, 1), 8, 29, 5, c.vocab_size, rope_fused))
+      << "single sequence";
   EXPECT_TRUE(rope_fused);
   a.set_profiling(false);
+  std::vector<float> la, lb;
   auto pa = a.new_kv_pool(12, 16), pb = b.new_kv_pool(12, 16);
   const std::vector<int32_t> table = {7, 2, 9, 4, 11, 0};  // scattered blocks
   const std::vector<int32_t> toks = prompt(60, c.vocab_size, 2);

@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "gpu_test_models.h"
+#include "fused_decode_test_util.h"
 #include "gpu_test_util.h"
 #include "model/random_weights.h"
 #include "quant/fp8_e4m3.h"
@@ -99,6 +100,13 @@ float top2_gap(std::span<const float> v) {
   return s[0] - s[1];
 }
 
+// Every layer's projections in the variant's format (the embedding, norms and head stay as they are).
+void quantize_projections(ModelWeights& w, const Variant& v) {
+  for (LayerWeights& L : w.layers)
+    for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      quantize(*m, v.format, v.group ? v.group : m->cols);
+}
+
 class GpuQuantBackend : public testing::TestWithParam<Variant> {};
 
 TEST_P(GpuQuantBackend, LogitsAndTop1MatchCpu) {
@@ -106,9 +114,7 @@ TEST_P(GpuQuantBackend, LogitsAndTop1MatchCpu) {
   const Variant v = GetParam();
   ModelConfig c = quant_config();
   ModelWeights w = random_weights(c, 42, 0.08f);
-  for (LayerWeights& L : w.layers)
-    for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      quantize(*m, v.format, v.group ? v.group : m->cols);
+  quantize_projections(w, v);
   ThreadPool pool(2);
   CpuBackend cpu(c, w, pool);
   CudaBackend gpu(c, w, CudaBackendOptions{80, true});  // max_chunk 80: 37 tokens in one chunk, 100 in two
@@ -172,9 +178,7 @@ TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
       c.qkv_bias = true;
     }
     ModelWeights w = random_weights(c, 43, 0.08f);
-    for (LayerWeights& L : w.layers)
-      for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        quantize(*m, v.format, v.group ? v.group : m->cols);
+    quantize_projections(w, v);
     CudaBackendOptions on, off, folded;
     on.norm_fold = false;  // the folded norm rounds differently: compared within tolerance below
     off.fused_decode = false;
@@ -228,9 +232,7 @@ TEST_P(GpuQuantBackend, FusedDecodeIntoAQuantizedCacheMatchesUnfused) {
       ModelConfig c = quant_config();
       c.hidden_size = hidden;
       ModelWeights w = random_weights(c, 45, 0.08f);
-      for (LayerWeights& L : w.layers)
-        for (HostMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-          quantize(*m, v.format, v.group ? v.group : m->cols);
+      quantize_projections(w, v);
       CudaBackendOptions on, off;
       on.norm_fold = false;
       off.fused_decode = false;
@@ -238,20 +240,9 @@ TEST_P(GpuQuantBackend, FusedDecodeIntoAQuantizedCacheMatchesUnfused) {
       a.set_kv_cache_format(kvf);
       b.set_kv_cache_format(kvf);
       auto sa = a.new_sequence(200), sb = b.new_sequence(200);
-      auto p = prompt(70, c.vocab_size);
-      std::vector<float> la, lb;
-      a.forward(*sa, p, false, la);
-      b.forward(*sb, p, false, lb);
-      ASSERT_EQ(la, lb) << "prefill (never fused)";
-      for (int step = 0; step < 8; ++step) {
-        int32_t t = int32_t((step * 31 + 7) % c.vocab_size);
-        if (step == 7) a.set_profiling(true);  // graphs are bypassed while profiling
-        a.forward(*sa, std::span<const int32_t>(&t, 1), false, la);
-        b.forward(*sb, std::span<const int32_t>(&t, 1), false, lb);
-        ASSERT_EQ(la, lb) << "decode step " << step;
-      }
       bool rope_fused = false;
-      for (const KernelStat& st : a.kernel_stats()) rope_fused |= st.name.ends_with("qkv+rope.gemv");
+      ASSERT_NO_FATAL_FAILURE(
+          decode_both_same_bits(a, b, *sa, *sb, prompt(70, c.vocab_size), 8, 31, 7, c.vocab_size, rope_fused));
       EXPECT_TRUE(rope_fused) << v.name;
     }
 }

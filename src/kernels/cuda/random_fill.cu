@@ -72,7 +72,8 @@ void read_device(const void* src, int64_t bytes, uint32_t* sink, cudaStream_t st
   if (bytes == 0) return;
   const int64_t n = bytes / 16;
   // Every thread resident at once (8 blocks of 256 a SM), fewer for a short read.
-  const int64_t blocks = std::min<int64_t>((n + 256 * kReadUnroll - 1) / (256 * kReadUnroll), 8 * int64_t(device_sm_count()));
+  const int64_t per_block = 256 * kReadUnroll;
+  const int64_t blocks = std::min<int64_t>((n + per_block - 1) / per_block, 8 * int64_t(device_sm_count()));
   read16_kernel<<<unsigned(blocks), 256, 0, stream>>>(static_cast<const uint4*>(src), n, sink);
   KILN_CUDA_CHECK_LAUNCH();
 }
