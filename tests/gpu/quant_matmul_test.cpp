@@ -143,6 +143,54 @@ TEST(GpuQuant, GemvTilesDrawnAtRunTime) {
   }
 }
 
+// The residual-add GEMV with the next RMSNorm's first half (qgemv_add_norm: the batch-1 step's o and
+// down) at long rows, which the backend tests' small models never reach: K = 14336 (Llama-3-8B's
+// down: x's staging takes two rounds of loads a lane at 8 warps) and K = 8320 (the second round
+// ragged). N = 512 (32 tiles: 8-warp blocks, one tile each). The residual must be the plain
+// GEMV's add_f32 bit for bit and near the reference; z = bf16(y o weight) exactly; each tile's
+// sum of y^2 within fp32 summation error.
+TEST(GpuQuant, AddNormAtLongRowsMatchesPlainGemv) {
+  KILN_REQUIRE_GPU();
+  ThreadPool pool(2);
+  uint32_t seed = 1500;
+  constexpr int64_t N = 512;
+  for (Case c : {Case{QuantFormat::int4, 1, N, 14336, 128}, Case{QuantFormat::int8, 1, N, 14336, 14336},
+                 Case{QuantFormat::int4, 1, N, 8320, 32}, Case{QuantFormat::int8, 1, N, 8320, 128}}) {
+    SCOPED_TRACE(describe(c, OutMode::add_f32, false));
+    HostMatrix w = random_quantized(c.format, c.n, c.k, c.group, seed);
+    const std::vector<float> x = random_bf16_values(size_t(c.k), seed + 1);
+    const std::vector<float> y0 = random_bf16_values(size_t(N), seed + 2, 2.0f);
+    std::vector<float> norm_w = random_bf16_values(size_t(N), seed + 3, 0.5f);
+    for (float& v : norm_w) v = round_to_bf16(1.0f + v);
+    seed += 4;
+    cuda::DeviceWeight dw = cuda::upload_weight({&w});
+    ASSERT_EQ(int(dw.format), int(c.format)) << "the shape should pack";
+    auto dx = to_device_bf16(x), dnorm = to_device_bf16(norm_w);
+    DeviceBuffer<float> y(static_cast<size_t>(N)), y_plain(static_cast<size_t>(N)), sumsq(static_cast<size_t>(N / 16));
+    DeviceBuffer<bf16> z(static_cast<size_t>(N));
+    y.upload(y0);
+    y_plain.upload(y0);
+    cuda::qgemv_add_norm(dx.data(), dw.view(), y.data(), cuda::NormProduce{dnorm.data(), z.data(), sumsq.data()},
+                         nullptr);
+    cuda::qgemv(dx.data(), dw.view(), nullptr, y_plain.data(), OutMode::add_f32, 1, nullptr);
+    cuda::cuda_synchronize();
+
+    const std::vector<float> out = y.to_host();
+    ASSERT_EQ(out, y_plain.to_host());
+    std::vector<float> ref(static_cast<size_t>(N));
+    cpu::matmul(pool, x.data(), w.data.data(), nullptr, ref.data(), 1, N, c.k);
+    for (int64_t n = 0; n < N; ++n) ref[size_t(n)] += y0[size_t(n)];
+    EXPECT_LT(rel_error(out, ref), kTolF32Out);
+    const std::vector<float> zh = from_device_bf16(z), parts = sumsq.to_host();
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(zh[size_t(n)], round_to_bf16(out[size_t(n)] * norm_w[size_t(n)])) << n;
+    for (int64_t t = 0; t < N / 16; ++t) {
+      double sq = 0;
+      for (int64_t r = 0; r < 16; ++r) sq += double(out[size_t(16 * t + r)]) * out[size_t(16 * t + r)];
+      ASSERT_NEAR(parts[size_t(t)], sq, 1e-5 * sq + 1e-30) << "tile " << t;
+    }
+  }
+}
+
 // int8 with x staged runs fp16 MMAs on fp16(x / 16) (qgemv_v3.cu, session 13): exact for bf16
 // magnitudes 2^-13 .. 2^20. Each activation row has its own magnitude, 1e-2 .. 9e5 (fp16's largest
 // after the scale is 65504 x 16 = 1.05e6), and each row's outputs must meet the fp32 tolerance on
