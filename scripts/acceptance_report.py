@@ -60,6 +60,25 @@ def lab_us(lab, kernel, shape, version):
     return None
 
 
+# HBM bandwidth by the vendor's datasheet, GB/s: no kernel moves bytes faster. Keyed by the device
+# names the lab records; other devices get no bound row.
+HBM_PEAK_GBS = {"NVIDIA H200": 4800.0, "NVIDIA H100 80GB HBM3": 3350.0}
+
+
+def bound_row(rep, issue, lab, bytes_moved, shape, fmt):
+    """Context: the most any kernel can reach as one call on these bytes. A timed call takes at least
+    what the lab's empty kernel takes, timed the same way (launch, start and completion: no kernel
+    body avoids them), plus its bytes at the HBM's datasheet bandwidth."""
+    peak = HBM_PEAK_GBS.get((lab or {}).get("device", ""))
+    empty = next((r["us"] for r in (lab or {}).get("results", []) if r.get("kernel") == "empty"), None)
+    copy_gbs = (lab or {}).get("copy_gbs")
+    if not (peak and empty and copy_gbs and bytes_moved):
+        return
+    least_us = empty + bytes_moved / (peak * 1e3)  # GB/s = 1e3 bytes / us
+    pct = bytes_moved / (least_us * 1e3) / copy_gbs * 100
+    rep.add(issue, f"  at most, any kernel on {fmt} {shape.split()[0]}'s bytes as one call", "context", pct, None, "%")
+
+
 def copy_row(rep, issue, lab, kernel, shape, version, fmt):
     """Context for a "% of copy" line, no verdict: the lab's copy kernel moving the call's bytes (half
     read, half written) in one call of the same size, and its read kernel reading them all. A call of
@@ -68,6 +87,7 @@ def copy_row(rep, issue, lab, kernel, shape, version, fmt):
     r = lab_us(lab, kernel, shape, version)
     if r:
         rep.add(issue, f"  a copy of {fmt} {shape.split()[0]}'s bytes, M=1", "context", r["pct_copy"], None, "%")
+        bound_row(rep, issue, lab, r["gbs"] * r["us"] * 1e3, shape, fmt)  # the row's bytes: the call's
     # The same bytes read and nothing written (the lab's read kernel, from session 38): the ceiling of a
     # read-only kernel such as a GEMV timed as one call.
     r = lab_us(lab, kernel, shape, version.replace("copy", "read"))
