@@ -215,6 +215,14 @@ def main():
         worst = min(r["pct_copy"] for r in seq)
         rep.add(10, f"int4 decode GEMV in sequence >= 85% of copy (worst of {len(seq)})", ">= 85%", worst,
                 worst >= 85, "%")
+        # The line read another way (context, no verdict): a layer's four GEMVs together, their bytes
+        # over their summed in-sequence time.
+        layer = [r for r in seq if r["shape"].split()[0] in ("qkv", "o", "gate_up", "down")]
+        copy_gbs = (lab_quant or {}).get("copy_gbs")
+        if len(layer) == 4 and copy_gbs:
+            moved = sum(r["gbs"] * r["us"] for r in layer)  # GB/s x us: kB
+            pct = moved / sum(r["us"] for r in layer) / copy_gbs * 100
+            rep.add(10, "  a layer's int4 GEMVs together, in sequence", "context", pct, None, "%")
     for r in int4:
         copy_row(rep, 10, lab_quant, "qgemv", r["shape"], "int4-copy", "int4")
 

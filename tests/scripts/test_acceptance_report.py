@@ -120,6 +120,8 @@ def test_session39_the_most_any_kernel_reaches_as_one_call(tmp_path):
     rows = {r["line"]: r for r in json.loads(out.read_text())}
     assert rows["  at most, any kernel on int4 qkv's bytes as one call"]["measured"] == "62.9%"
     assert rows["  at most, any kernel on int4 o's bytes as one call"]["measured"] == "50.7%"
+    # Issue #10's GEMV line read as a layer's four GEMVs together (bytes over summed in-sequence time).
+    assert rows["  a layer's int4 GEMVs together, in sequence"]["measured"] == "64.3%"
     # The H100 (session 39's lab: empty kernel 3.10 us, 3.35 TB/s HBM3): o's bound is under 90% there too.
     h100 = tmp_path / "h100"
     h100.mkdir()
