@@ -87,7 +87,7 @@ def copy_row(rep, issue, lab, kernel, shape, version, fmt):
     r = lab_us(lab, kernel, shape, version)
     if r:
         rep.add(issue, f"  a copy of {fmt} {shape.split()[0]}'s bytes, M=1", "context", r["pct_copy"], None, "%")
-        bound_row(rep, issue, lab, r["gbs"] * r["us"] * 1e3, shape, fmt)  # the row's bytes: the call's
+        bound_row(rep, issue, lab, r["gbs"] * r["us"] * 1e3, shape, fmt)  # the bytes the row counts: the weight's
     # The same bytes read and nothing written (the lab's read kernel, from session 38): the ceiling of a
     # read-only kernel such as a GEMV timed as one call.
     r = lab_us(lab, kernel, shape, version.replace("copy", "read"))
