@@ -16,6 +16,10 @@ inline void expect_norm_produce(const std::vector<float>& y, const std::vector<f
                                 const DeviceBuffer<bf16>& z, const DeviceBuffer<float>& sumsq) {
   const std::vector<float> zh = from_device_bf16(z), parts = sumsq.to_host();
   const int64_t n_rows = int64_t(y.size());
+  ASSERT_EQ(n_rows % 16, 0) << "whole 16-row tiles";
+  ASSERT_EQ(norm_weight.size(), y.size());
+  ASSERT_EQ(zh.size(), y.size());
+  ASSERT_EQ(int64_t(parts.size()), n_rows / 16);
   for (int64_t n = 0; n < n_rows; ++n)
     ASSERT_EQ(zh[size_t(n)], round_to_bf16(y[size_t(n)] * norm_weight[size_t(n)])) << "row " << n;
   for (int64_t t = 0; t < n_rows / 16; ++t) {
