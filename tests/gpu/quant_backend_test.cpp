@@ -13,8 +13,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "gpu_test_models.h"
 #include "fused_decode_test_util.h"
+#include "gpu_test_models.h"
 #include "gpu_test_util.h"
 #include "model/random_weights.h"
 #include "quant/fp8_e4m3.h"

@@ -148,9 +148,8 @@ TEST(GpuQuant, GemvTilesDrawnAtRunTime) {
 // down) at long rows, which the backend tests' small models never reach: K = 14336 (Llama-3-8B's
 // down: x's 1,792 sixteen-byte pieces take two rounds of 4 loads a lane at 8 warps) and K = 8320
 // (its second round 16 pieces, ending inside warp 0). N = 512 (32 tiles: 8-warp blocks, one tile
-// each). The residual must be the plain
-// GEMV's add_f32 bit for bit and near the reference; z = bf16(y o weight) exactly; each tile's
-// sum of y^2 within fp32 summation error.
+// each). The residual must be the plain GEMV's add_f32 bit for bit and near the reference;
+// z = bf16(y o weight) exactly; each tile's sum of y^2 within fp32 summation error.
 TEST(GpuQuant, AddNormAtLongRowsMatchesPlainGemv) {
   KILN_REQUIRE_GPU();
   ThreadPool pool(2);

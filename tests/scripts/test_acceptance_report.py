@@ -13,9 +13,11 @@ RAW = ROOT / "bench" / "results" / "raw"
 PREFIX = "2026-11-30_s6_final_"
 
 
-def run_report(tmp_path, drop=(), prefix=PREFIX):
-    for f in RAW.glob(prefix + "*.json"):
-        name = f.name[len(prefix):]
+def run_report(tmp_path, drop=(), prefix=PREFIX, files=None):
+    """Copies a run's raw JSONs (prefix + NAME, as NAME), or `files` ({raw file name: NAME}), into
+    tmp_path and reports on them."""
+    for f in RAW.glob(prefix + "*.json") if files is None else (RAW / raw for raw in files):
+        name = f.name[len(prefix):] if files is None else files[f.name]
         if name != "acceptance.json" and name not in drop:
             shutil.copy(f, tmp_path / name)
     out = tmp_path / "acceptance.json"
@@ -113,11 +115,7 @@ def test_session39_the_most_any_kernel_reaches_as_one_call(tmp_path):
     assert rows["  at most, any kernel on bf16 o's bytes as one call"]["verdict"] == "-"
     h200 = tmp_path / "h200"
     h200.mkdir()
-    shutil.copy(RAW / "2026-12-06_s32_call4_lab_decode_h200.json", h200 / "lab_decode.json")
-    out = h200 / "acceptance.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_report.py"), str(h200), "--json", str(out)],
-                   capture_output=True, text=True, check=True)
-    rows = {r["line"]: r for r in json.loads(out.read_text())}
+    rows, _ = run_report(h200, files={"2026-12-06_s32_call4_lab_decode_h200.json": "lab_decode.json"})
     assert rows["  at most, any kernel on int4 qkv's bytes as one call"]["measured"] == "62.9%"
     assert rows["  at most, any kernel on int4 o's bytes as one call"]["measured"] == "50.7%"
     # Issue #10's GEMV line read as a layer's four GEMVs together (bytes over summed in-sequence time).
