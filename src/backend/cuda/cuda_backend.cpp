@@ -186,8 +186,9 @@ void decode_graph(Impl& m, CudaKvSequence& seq, int32_t token, std::vector<float
     try {
       copy_ints_to_device(m);
       enqueue(m, seq, 1, seq.n_past(), 0);
-      KILN_CUDA_CHECK(cudaMemcpyAsync(m.host_logits.data(), m.act.logits, size_t(vocab) * 4, cudaMemcpyDeviceToHost,
-                                      m.s()));
+      if (!(Impl::decode_probe() & Impl::kProbeSkipReadback))
+        KILN_CUDA_CHECK(cudaMemcpyAsync(m.host_logits.data(), m.act.logits, size_t(vocab) * 4,
+                                        cudaMemcpyDeviceToHost, m.s()));
     } catch (...) {
       cudaStreamEndCapture(m.s(), &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -200,7 +201,8 @@ void decode_graph(Impl& m, CudaKvSequence& seq, int32_t token, std::vector<float
   }
   KILN_CUDA_CHECK(cudaGraphLaunch(seq.graph, m.s()));
   KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
-  out.insert(out.end(), m.host_logits.data(), m.host_logits.data() + vocab);
+  if (!(Impl::decode_probe() & (Impl::kProbeSkipHostCopy | Impl::kProbeSkipReadback)))
+    out.insert(out.end(), m.host_logits.data(), m.host_logits.data() + vocab);
 }
 
 // A chunk of at most max_chunk tokens; appends the logits of its last token, or of all its tokens,

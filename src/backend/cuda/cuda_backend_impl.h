@@ -273,8 +273,11 @@ struct CudaBackend::Impl {
   // leaves out its attention (1), its layers' RMSNorm kernels (2) or its o GEMV (4), so tg128 says
   // what a step would gain if that kernel and its boundaries cost nothing (the upper bound of a
   // fusion that removes them; docs/performance/decode-boundaries.md, session 29). The weights' speed does
-  // not depend on the values the skipped kernels would have written.
+  // not depend on the values the skipped kernels would have written. Two bits leave the kernels and
+  // time the step's tail on the host instead (decode_graph): 8 skips the copy of the pinned logits
+  // into the caller's vector, 16 the graph's device-to-host copy of them (the caller gets no logits).
   static constexpr int kProbeSkipAttention = 1, kProbeSkipNorms = 2, kProbeSkipO = 4;
+  static constexpr int kProbeSkipHostCopy = 8, kProbeSkipReadback = 16;
   static int decode_probe() {
     static const int probe = [] {
       const int p = env_int("KILN_DECODE_PROBE", 0);
