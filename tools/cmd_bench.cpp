@@ -137,7 +137,8 @@ void run(const BenchOptions& o) {
       int32_t tok = 1;
       fill_to_depth(*backend, *seq, o.depth, logits);
       auto t0 = clock::now();
-      for (int i = 0; i < ng; ++i) backend->forward(*seq, std::span<const int32_t>(&tok, 1), false, logits);
+      // As a decode loop reads them (llama-bench's tg the same): the logits in the backend's own buffer.
+      for (int i = 0; i < ng; ++i) backend->forward_last(*seq, std::span<const int32_t>(&tok, 1));
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (r > 0) seconds.push_back(s);
     }

@@ -12,14 +12,28 @@ void KvSequence::truncate(int64_t n) {
   n_past_ = n;
 }
 
-void Backend::forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+void Backend::check_forward(const KvSequence& seq, std::span<const int32_t> tokens) const {
   const int64_t n = int64_t(tokens.size()), vocab = config().vocab_size;
   KILN_CHECK(n > 0, invalid_argument, "forward needs at least one token");
   KILN_CHECK(seq.n_past() + n <= seq.capacity(), invalid_argument,
              "{} cached + {} new tokens exceed the sequence's KV capacity of {}", seq.n_past(), n, seq.capacity());
   for (int32_t t : tokens)
     KILN_CHECK(t >= 0 && t < vocab, invalid_argument, "token id {} is outside the vocabulary [0, {})", t, vocab);
+}
+
+void Backend::forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+  check_forward(seq, tokens);
   forward_impl(seq, tokens, all_logits, logits);
+}
+
+std::span<float> Backend::forward_last(KvSequence& seq, std::span<const int32_t> tokens) {
+  check_forward(seq, tokens);
+  return forward_last_impl(seq, tokens);
+}
+
+std::span<float> Backend::forward_last_impl(KvSequence& seq, std::span<const int32_t> tokens) {
+  forward_impl(seq, tokens, false, last_logits_);
+  return last_logits_;
 }
 
 std::string_view kv_cache_format_name(KvCacheFormat f) {

@@ -87,6 +87,14 @@ class Backend {
   // token, within the sequence's capacity, ids inside the vocabulary) for every backend alike,
   // then runs forward_impl.
   void forward(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+  // forward() for the last token's logits only, returned as a view of memory the backend owns: valid,
+  // and writable (the samplers mask and scale logits in place), until the backend's next forward or
+  // forward_last. What a decode loop reads each step (kiln run's generator, kiln bench's tg), as
+  // llama.cpp's llama_get_logits points into its own output buffer: the CUDA backend's decode step
+  // hands over the pinned buffer its graph copies the logits into, where copying them on into a
+  // vector cost 40-60 µs a token on the H200's host, 1.4-2.2% of tg128 (docs/performance/decode-step.md,
+  // session 40).
+  std::span<float> forward_last(KvSequence& seq, std::span<const int32_t> tokens);
 
   // How caches made from now on store K and V; kiln::Error(unsupported) naming the backend for a
   // format it cannot store yet. Set it before new_sequence / new_kv_pool (or an Engine).
@@ -137,11 +145,16 @@ class Backend {
   void host_argmax(const std::vector<float>& logits, std::vector<int32_t>& argmax) const;
   virtual void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                             std::vector<float>& logits) = 0;
+  // forward_last after the checks; the default runs forward_impl into a vector the backend keeps.
+  virtual std::span<float> forward_last_impl(KvSequence& seq, std::span<const int32_t> tokens);
   // The KV formats this backend stores; the default is only its native one.
   virtual bool supports_kv_cache_format(KvCacheFormat f) const { return f == KvCacheFormat::native; }
 
  private:
+  // The checks forward and forward_last make before running anything.
+  void check_forward(const KvSequence& seq, std::span<const int32_t> tokens) const;
   KvCacheFormat kv_cache_format_ = KvCacheFormat::native;
+  std::vector<float> last_logits_;  // forward_last_impl's default: the view's memory
 };
 
 }  // namespace kiln

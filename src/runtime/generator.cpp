@@ -19,12 +19,18 @@ GenerateResult generate(Backend& backend, KvSequence& seq, const Tokenizer& toke
   Sampler sampler(options.sampling);
   GenerateResult result;
   std::vector<int32_t> history(prompt.begin(), prompt.end());
-  std::vector<float> logits;
+  // The last token's logits, in the backend's own buffer (Backend::forward_last): valid until the next
+  // step, which comes only after the sampler has read them.
+  std::span<float> logits;
+  std::vector<float> inner_logits;  // an inner prompt chunk's, not read
 
   auto t0 = clock::now();
   for (size_t pos = 0; pos < prompt.size(); pos += size_t(options.prefill_chunk)) {
     size_t n = std::min(prompt.size() - pos, size_t(options.prefill_chunk));
-    backend.forward(seq, prompt.subspan(pos, n), false, logits);
+    if (pos + n < prompt.size())
+      backend.forward(seq, prompt.subspan(pos, n), false, inner_logits);
+    else
+      logits = backend.forward_last(seq, prompt.subspan(pos, n));
   }
   auto t1 = clock::now();
   result.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -42,7 +48,7 @@ GenerateResult generate(Backend& backend, KvSequence& seq, const Tokenizer& toke
     }
     if (!on_token(token)) break;
     if (i + 1 == options.max_new_tokens || seq.n_past() >= seq.capacity()) break;
-    backend.forward(seq, std::span<const int32_t>(&token, 1), false, logits);
+    logits = backend.forward_last(seq, std::span<const int32_t>(&token, 1));
   }
   result.generate_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return result;

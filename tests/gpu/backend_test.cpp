@@ -158,6 +158,34 @@ TEST_P(GpuBackend, GraphAndNoGraphDecodeAreIdentical) {
   }
 }
 
+// forward_last (the decode loops' call) hands over the decode graph's pinned logits in place of a
+// copy: the same bits as forward's, step after step, and the same where it falls back to forward
+// (no graphs: every step launched eagerly).
+TEST_P(GpuBackend, ForwardLastGivesForwardsLogits) {
+  KILN_REQUIRE_GPU();
+  ModelConfig c = config();
+  ModelWeights w = random_weights(c, 13, 0.08f);
+  for (bool graphs : {true, false}) {
+    CudaBackend a(c, w), b(c, w);
+    a.set_use_graphs(graphs);
+    b.set_use_graphs(graphs);
+    auto sa = a.new_sequence(64), sb = b.new_sequence(64);
+    auto p = prompt(20, c.vocab_size);
+    std::vector<float> expected;
+    b.forward(*sb, p, false, expected);
+    std::span<float> got = a.forward_last(*sa, p);
+    ASSERT_EQ(std::vector<float>(got.begin(), got.end()), expected) << "graphs " << graphs;
+    for (int step = 0; step < 8; ++step) {
+      int32_t t = argmax(expected);
+      b.forward(*sb, std::span<const int32_t>(&t, 1), false, expected);
+      got = a.forward_last(*sa, std::span<const int32_t>(&t, 1));
+      ASSERT_EQ(got.size(), size_t(c.vocab_size));
+      ASSERT_EQ(std::vector<float>(got.begin(), got.end()), expected) << "graphs " << graphs << ", step " << step;
+    }
+    EXPECT_EQ(sa->n_past(), sb->n_past());
+  }
+}
+
 // The fused decode GEMVs (RoPE + K/V write and SwiGLU folded in; gemv_fused.h) share the
 // unfused kernels' arithmetic and reduction order: the logits must be the same bits, for every
 // config and with a partial rotation (rot_dim < head_dim: the unrotated tail passes through).

@@ -176,8 +176,9 @@ void copy_ints_to_device(Impl& m) {
                                   cudaMemcpyHostToDevice, m.s()));
 }
 
-// One decode step through the sequence's graph (captured on first use).
-void decode_graph(Impl& m, CudaKvSequence& seq, int32_t token, std::vector<float>& out) {
+// One decode step through the sequence's graph (captured on first use); its logits land in
+// m.host_logits. The caller advances the sequence.
+void decode_graph(Impl& m, CudaKvSequence& seq, int32_t token) {
   const int64_t vocab = m.c.vocab_size;
   stage_ints(m, std::span<const int32_t>(&token, 1), seq.n_past());
   if (!seq.graph) {
@@ -201,9 +202,11 @@ void decode_graph(Impl& m, CudaKvSequence& seq, int32_t token, std::vector<float
   }
   KILN_CUDA_CHECK(cudaGraphLaunch(seq.graph, m.s()));
   KILN_CUDA_CHECK(cudaStreamSynchronize(m.s()));
-  if (!(Impl::decode_probe() & (Impl::kProbeSkipHostCopy | Impl::kProbeSkipReadback)))
-    out.insert(out.end(), m.host_logits.data(), m.host_logits.data() + vocab);
 }
+
+// Whether a one-token step takes the decode graph: not while profiling (the profile times each
+// kernel of an eagerly launched step).
+bool takes_decode_graph(const Impl& m, int64_t n) { return n == 1 && m.opt.use_graphs && !m.profiling; }
 
 // A chunk of at most max_chunk tokens; appends the logits of its last token, or of all its tokens,
 // to *out; with out == nullptr (an inner chunk of a prompt whose logits nobody wants) it skips the
@@ -211,8 +214,9 @@ void decode_graph(Impl& m, CudaKvSequence& seq, int32_t token, std::vector<float
 void run_chunk(Impl& m, CudaKvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                std::vector<float>* out) {
   const int64_t n = int64_t(tokens.size()), start = seq.n_past(), vocab = m.c.vocab_size;
-  if (n == 1 && out && m.opt.use_graphs && !m.profiling) {
-    decode_graph(m, seq, tokens[0], *out);
+  if (out && takes_decode_graph(m, n)) {
+    decode_graph(m, seq, tokens[0]);
+    out->insert(out->end(), m.host_logits.data(), m.host_logits.data() + vocab);
   } else {
     stage_ints(m, tokens, start);
     copy_ints_to_device(m);
@@ -399,6 +403,16 @@ void CudaBackend::forward_impl(KvSequence& seq_base, std::span<const int32_t> to
     // An inner chunk's logits are not wanted unless all_logits.
     run_chunk(m, seq, tokens.subspan(size_t(at), size_t(len)), all_logits, all_logits || last ? &logits : nullptr);
   }
+}
+
+std::span<float> CudaBackend::forward_last_impl(KvSequence& seq_base, std::span<const int32_t> tokens) {
+  Impl& m = *impl_;
+  if (!takes_decode_graph(m, int64_t(tokens.size())) || (Impl::decode_probe() & Impl::kProbeCopyLogits))
+    return Backend::forward_last_impl(seq_base, tokens);
+  auto& seq = dynamic_cast<CudaKvSequence&>(seq_base);
+  decode_graph(m, seq, tokens[0]);
+  seq.advance(1);
+  return {m.host_logits.data(), size_t(m.c.vocab_size)};
 }
 
 void CudaBackend::set_use_graphs(bool on) { impl_->opt.use_graphs = on; }

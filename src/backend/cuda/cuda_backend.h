@@ -126,6 +126,9 @@ class CudaBackend final : public Backend {
  private:
   void forward_impl(KvSequence& seq, std::span<const int32_t> tokens, bool all_logits,
                     std::vector<float>& logits) override;
+  // A one-token step through the decode graph returns the pinned buffer the graph copies its logits
+  // into, not a copy of it; anything else takes Backend's default.
+  std::span<float> forward_last_impl(KvSequence& seq, std::span<const int32_t> tokens) override;
   void forward_batch_impl(KvPool& pool, std::span<const BatchEntry> entries, std::vector<float>& logits,
                           std::vector<int32_t>* argmax) override;
   CudaBackend(ModelConfig config, CudaBackendOptions options, int);

@@ -274,14 +274,15 @@ struct CudaBackend::Impl {
   // what a step would gain if that kernel and its boundaries cost nothing (the upper bound of a
   // fusion that removes them; docs/performance/decode-boundaries.md, session 29). The weights' speed does
   // not depend on the values the skipped kernels would have written. Two bits leave the kernels and
-  // time the step's tail on the host instead (decode_graph): 8 skips the copy of the pinned logits
-  // into the caller's vector, 16 the graph's device-to-host copy of them (the caller gets no logits).
+  // time the step's host tail instead (session 40): 8 makes forward_last copy the logits on into a
+  // vector as forward() does (the 40-60 µs a token forward_last saves on the H200's host), 16 skips
+  // the decode graph's device-to-host copy of them (the caller reads stale logits; 0-0.8% of tg128).
   static constexpr int kProbeSkipAttention = 1, kProbeSkipNorms = 2, kProbeSkipO = 4;
-  static constexpr int kProbeSkipHostCopy = 8, kProbeSkipReadback = 16;
+  static constexpr int kProbeCopyLogits = 8, kProbeSkipReadback = 16;
   static int decode_probe() {
     static const int probe = [] {
       const int p = env_int("KILN_DECODE_PROBE", 0);
-      if (p) std::fprintf(stderr, "KILN_DECODE_PROBE=%d: decode steps skip kernels; their logits are wrong\n", p);
+      if (p) std::fprintf(stderr, "KILN_DECODE_PROBE=%d: a timing probe (bits 1, 2, 4, 16: wrong logits)\n", p);
       return p;
     }();
     return probe;
