@@ -125,3 +125,20 @@ def test_session39_the_most_any_kernel_reaches_as_one_call(tmp_path):
     h100.mkdir()
     rows, _ = run_report(h100, prefix="2026-12-06_s39_callA_h100_")
     assert rows["  at most, any kernel on bf16 o's bytes as one call"]["measured"] == "89.7%"
+
+
+def test_session40_h200_lines_and_bounds(tmp_path):
+    # Session 40's H200 (call 1, the labs of fe9ad78): the figures docs/BENCHMARKS.md quotes. o's
+    # one-call bound on this run's lab (empty kernel 2.69 us, copy 3,974 GB/s) stays under issue
+    # #6's 90%; cuBLAS is ahead on gate_up on this card.
+    rows, _ = run_report(tmp_path, files={"2026-12-06_s40_call1_h200_lab_gemv.json": "lab_gemv.json",
+                                          "2026-12-06_s40_call1_h200_lab_decode.json": "lab_decode.json"})
+    assert rows["GEMV o M=1 >= 90% of copy"]["measured"] == "67.3%"
+    assert rows["GEMV o M=1 in sequence >= 90% of copy"]["measured"] == "86.6%"
+    assert rows["  at most, any kernel on bf16 o's bytes as one call"]["measured"] == "87.2%"
+    assert rows["  at most, any kernel on bf16 qkv's bytes as one call"]["measured"] == "96.1%"
+    assert rows["GEMV gate_up M=1 faster than cuBLAS"]["verdict"] == "FAIL"
+    assert rows["  at most, any kernel on int4 qkv's bytes as one call"]["measured"] == "63.8%"
+    assert rows["  at most, any kernel on int4 o's bytes as one call"]["measured"] == "51.6%"
+    assert rows["  a layer's int4 GEMVs together, in sequence"]["measured"] == "64.1%"
+    assert rows["int4 decode GEMV >= 85% of copy (worst of 5 shapes)"]["measured"] == "24.1%"
