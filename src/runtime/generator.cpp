@@ -22,15 +22,11 @@ GenerateResult generate(Backend& backend, KvSequence& seq, const Tokenizer& toke
   // The last token's logits, in the backend's own buffer (Backend::forward_last): valid until the next
   // step, which comes only after the sampler has read them.
   std::span<float> logits;
-  std::vector<float> inner_logits;  // an inner prompt chunk's, not read
 
   auto t0 = clock::now();
   for (size_t pos = 0; pos < prompt.size(); pos += size_t(options.prefill_chunk)) {
     size_t n = std::min(prompt.size() - pos, size_t(options.prefill_chunk));
-    if (pos + n < prompt.size())
-      backend.forward(seq, prompt.subspan(pos, n), false, inner_logits);
-    else
-      logits = backend.forward_last(seq, prompt.subspan(pos, n));
+    logits = backend.forward_last(seq, prompt.subspan(pos, n));
   }
   auto t1 = clock::now();
   result.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
