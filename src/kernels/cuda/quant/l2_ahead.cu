@@ -30,7 +30,10 @@ L2Ahead l2_ahead_tail(const QWeight& w, int64_t bytes, int delay_ns) {
 
 L2Ahead l2_ahead_from_env(const QWeight& w, const char* kb_var) {
   const int kb = env_int(kb_var, 0);
-  return kb > 0 ? l2_ahead_tail(w, int64_t(kb) * 1024, env_int("KILN_L2_AHEAD_DELAY_NS", 0)) : L2Ahead{};
+  if (kb <= 0) return {};
+  L2Ahead a = l2_ahead_tail(w, int64_t(kb) * 1024, env_int("KILN_L2_AHEAD_DELAY_NS", 0));
+  a.per_line = env_int("KILN_L2_AHEAD_LINES", 0) == 1;
+  return a;
 }
 
 void qgemv_arm_l2_ahead(const L2Ahead& ahead) { g_armed = ahead; }
