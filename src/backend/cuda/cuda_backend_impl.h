@@ -32,7 +32,6 @@
 #include "kernels/cuda/kv_quant.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/megakernel/decode_megakernel.h"
-#include "kernels/cuda/quant/l2_ahead.h"
 #include "kernels/cuda/quant/qmatmul.h"
 #include "kernels/cuda/stream_hold.h"
 #include "profile/cost_model.h"
@@ -449,14 +448,10 @@ struct CudaBackend::Impl {
         if (!roped) linear("qkv", a, a.xn, L.w_qkv.view(), b_qkv, a.qkv, OutMode::store_bf16, n, qkv_in_ready);
       }
       const bool o_done = attend(l, roped);
-      // KILN_L2_AHEAD_GU / _QKV (KB, l2_ahead.h): the o / down GEMV warms L2 with the tail of the
-      // gate/up / next qkv matrix (session 41's experiment; off by default).
-      if (fused) cuda::qgemv_arm_l2_ahead(cuda::l2_ahead_from_env(L.w_gu.view(), "KILN_L2_AHEAD_GU"));
       if (!o_done && fold)
         linear_add_norm("o", a, a.attn, L.wo, L.ffn_norm);
       else if (!o_done && !(n == 1 && (decode_probe() & kProbeSkipO)))
         linear("o", a, a.attn, L.wo.view(), nullptr, a.x, OutMode::add_f32, n);
-      cuda::qgemv_disarm_l2_ahead();
       cuda::QScratch gu_scratch = qscratch_for(a);
       gu_scratch.xq_ready = fold ? false : norm_for(a, L.ffn_norm, L.w_gu.view(), n);
       if (fused) {
@@ -490,13 +485,10 @@ struct CudaBackend::Impl {
         linear("gate_up", a, a.xn, L.w_gu.view(), nullptr, a.gu, OutMode::store_bf16, n, gu_scratch.xq_ready);
         op("silu_mul", profile::silu_mul(n, I), [&] { cuda::silu_mul(a.gu, a.h, n, I, s()); });
       }
-      if (fused && l + 1 < c.n_layers)
-        cuda::qgemv_arm_l2_ahead(cuda::l2_ahead_from_env(layers[size_t(l + 1)].w_qkv.view(), "KILN_L2_AHEAD_QKV"));
       if (fold && l + 1 < c.n_layers)
         linear_add_norm("down", a, a.h, L.w_down, layers[size_t(l + 1)].attn_norm);
       else
         linear("down", a, a.h, L.w_down.view(), nullptr, a.x, OutMode::add_f32, n);
-      cuda::qgemv_disarm_l2_ahead();
     }
   }
 

@@ -45,7 +45,6 @@
 #include "kernels/cuda/gemv_reduce.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/quant/l2_ahead.h"
 #include "kernels/cuda/quant/qgemv_v3_parts.cuh"
 #include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/quant/qgemv_v3_grid.h"
@@ -81,7 +80,7 @@ template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
-                    uint32_t* __restrict__ deal, bool l2_rest, uint64_t* __restrict__ trace, L2Ahead ahead) {
+                    uint32_t* __restrict__ deal, bool l2_rest, uint64_t* __restrict__ trace) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -188,7 +187,6 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
       prefetch_l2(wq + r_hi * row_bytes + 64 * sc);
     }
   }
-  l2_ahead_issue(ahead);  // an armed launch: the next GEMV's last rows into L2 (l2_ahead.h)
   // Launched with PDL (as gemv_mma.cuh): the first D requests above read only weights; x, which
   // the kernel before this one writes, is read after the wait (with ld_after_wait, not __ldg).
   pdl_wait();
@@ -461,8 +459,7 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
   const bool l2_rest = v3_l2_rest(kIsRopeKv<E>, tiles <= blocks);
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
-                   w.cols, w.group, shift, per, deal, l2_rest, qgemv_trace_next_slot(w.rows, w.cols),
-                   qgemv_take_l2_ahead());
+                   w.cols, w.group, shift, per, deal, l2_rest, qgemv_trace_next_slot(w.rows, w.cols));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.
