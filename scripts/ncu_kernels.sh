@@ -5,6 +5,8 @@
 # left alone (--clock-control none), as the device notes ask. docs/PERFORMANCE.md cites these tables.
 #   [NCU_SKIP=N] scripts/ncu_kernels.sh BUNDLE_DIR [KERNEL_REGEX] [LAUNCH_COUNT] [-- kiln profile args...]
 # e.g. scripts/ncu_kernels.sh gpu-bundle 'gemm|gemv' 8 -- --random llama3-8b -b 64 -c 512 --steps 1
+# NCU_CACHE=none keeps L2 between the profiled launches (ncu flushes it before each by default: "all"),
+# so a kernel meets the L2 its predecessors left, as in the step (session 41's L2-ahead run).
 # NCU_SKIP skips that many matching launches first (e.g. the prefill that fills the cache before a
 # decode profile: 64 sequences x 512 tokens = 16 steps x 32 layers x 4 GEMMs = 2048).
 # NCU_SOURCE=1: instead of the table, per-instruction warp-state sampling (SourceCounters,
@@ -21,7 +23,8 @@ PROFILE_ARGS=("$@")
 [ ${#PROFILE_ARGS[@]} -eq 0 ] && PROFILE_ARGS=(--random llama3-8b -b 1 -c 512 --steps 1)
 OUTDIR="${OUT:-.}"
 # Which launches both modes profile, with the clocks left alone.
-SELECT=(--clock-control none --kernel-name "regex:$REGEX" --launch-skip "${NCU_SKIP:-0}" --launch-count "$COUNT")
+SELECT=(--clock-control none --cache-control "${NCU_CACHE:-all}" --kernel-name "regex:$REGEX"
+        --launch-skip "${NCU_SKIP:-0}" --launch-count "$COUNT")
 if [ "${NCU_SOURCE:-0}" = 1 ]; then
   ncu "${SELECT[@]}" --section SourceCounters --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
     -f -o "$OUTDIR/ncu_source" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu.log" 2>&1 || {
@@ -37,33 +40,11 @@ METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapse
 METRICS+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
 METRICS+=,launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static
 METRICS+=,lts__t_sector_hit_rate.pct,launch__grid_size,launch__block_size
+# Bytes: read from DRAM, asked of L2 by the SMs, and the part of those that missed (ncu_table.py).
+METRICS+=,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
 for s in "${STALLS[@]}"; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
 ncu "${SELECT[@]}" --csv --page raw --print-units base \
   --metrics "$METRICS" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu_raw.csv" 2>"$OUTDIR/ncu.log" || {
   echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }
-python3 - "$OUTDIR/ncu_raw.csv" <<'PY' | tee "$OUTDIR/ncu_table.txt"
-import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if r]
-start = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
-head, data = rows[start], rows[start + 2:]  # the row after the header holds units
-col = {name: i for i, name in enumerate(head)}
-def get(r, name, default=""):
-    i = col.get(name)
-    return r[i] if i is not None and i < len(r) else default
-def num(r, name):
-    try:
-        return float(get(r, name, "nan").replace(",", ""))
-    except ValueError:
-        return float("nan")
-stall_cols = [c for c in head if c.startswith("smsp__average_warps_issue_stalled_")]
-print(f"{'kernel':48} {'us':>8} {'DRAM%':>6} {'SM%':>6} {'occ%':>5} {'regs':>5} {'smem KB':>8} {'L2 hit%':>7}  top stalls (cycles per issue)")
-for r in data:
-    name = get(r, "Kernel Name").replace("(anonymous namespace)::", "")[:48]
-    smem = (num(r, "launch__shared_mem_per_block_dynamic") + num(r, "launch__shared_mem_per_block_static")) / 1024
-    stalls = sorted(((num(r, c), c.replace("smsp__average_warps_issue_stalled_", "").replace("_per_issue_active.ratio", ""))
-                     for c in stall_cols), reverse=True)[:3]
-    top = ", ".join(f"{n} {v:.1f}" for v, n in stalls if v == v)
-    print(f"{name:48} {num(r, 'gpu__time_duration.sum') / 1e3:8.1f} {num(r, 'dram__throughput.avg.pct_of_peak_sustained_elapsed'):6.1f}"
-          f" {num(r, 'sm__throughput.avg.pct_of_peak_sustained_elapsed'):6.1f} {num(r, 'sm__warps_active.avg.pct_of_peak_sustained_active'):5.1f}"
-          f" {num(r, 'launch__registers_per_thread'):5.0f} {smem:8.1f} {num(r, 'lts__t_sector_hit_rate.pct'):7.1f}  {top}")
-PY
+python3 "$(dirname "$0")/ncu_table.py" "$OUTDIR/ncu_raw.csv" --json "$OUTDIR/ncu_table.json" |
+  tee "$OUTDIR/ncu_table.txt"
