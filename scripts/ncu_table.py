@@ -49,8 +49,8 @@ def launches(path):
     stall_cols = [c for c in head if c.startswith(STALL_PREFIX)]
     out = []
     for r in data:
-        stalls = sorted(((num(r, c), c[len(STALL_PREFIX):].replace("_per_issue_active.ratio", ""))
-                         for c in stall_cols if num(r, c) is not None), reverse=True)[:3]
+        named = ((num(r, c), c[len(STALL_PREFIX):].replace("_per_issue_active.ratio", "")) for c in stall_cols)
+        stalls = sorted((s for s in named if s[0] is not None), reverse=True)[:3]
         smem = [num(r, "launch__shared_mem_per_block_dynamic"), num(r, "launch__shared_mem_per_block_static")]
         out.append({
             "kernel": r[col["Kernel Name"]].replace("(anonymous namespace)::", ""),
