@@ -7,6 +7,9 @@
 # e.g. scripts/ncu_kernels.sh gpu-bundle 'gemm|gemv' 8 -- --random llama3-8b -b 64 -c 512 --steps 1
 # NCU_CACHE=none keeps L2 between the profiled launches (ncu flushes it before each by default: "all"),
 # so a kernel meets the L2 its predecessors left, as in the step (session 41's L2-ahead run).
+# NCU_METRICS=bytes asks only for the duration and the byte counters (DRAM read, L2 read requests and
+# misses): one replay pass, so with NCU_CACHE=none each launch meets the L2 the step left, not the
+# one ncu's save / restore between passes leaves (session 42's question of the int4 GEMVs' bytes).
 # NCU_SKIP skips that many matching launches first (e.g. the prefill that fills the cache before a
 # decode profile: 64 sequences x 512 tokens = 16 steps x 32 layers x 4 GEMMs = 2048).
 # NCU_SOURCE=1: instead of the table, per-instruction warp-state sampling (SourceCounters,
@@ -43,6 +46,10 @@ METRICS+=,lts__t_sector_hit_rate.pct,launch__grid_size,launch__block_size
 # Bytes: read from DRAM, asked of L2 by the SMs, and the part of those that missed (ncu_table.py).
 METRICS+=,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
 for s in "${STALLS[@]}"; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
+if [ "${NCU_METRICS:-all}" = bytes ]; then
+  METRICS=gpu__time_duration.sum,launch__grid_size,dram__bytes_read.sum
+  METRICS+=,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
+fi
 ncu "${SELECT[@]}" --csv --page raw --print-units base \
   --metrics "$METRICS" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu_raw.csv" 2>"$OUTDIR/ncu.log" || {
   echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }

@@ -18,6 +18,24 @@ __device__ __forceinline__ uint4 ld_weight(const void* p) {
   return v;
 }
 
+// ld_weight with the L2 fetch span chosen at run time (qgemv v3's KILN_QGEMV_LD_SPAN, session 42, whose
+// 64-byte requests a row lose part of a 256-byte span in a full L2): 256 as ld_weight, 128 or 64 bytes,
+// or 0 (no hint: the sectors asked for). A uniform branch a load.
+__device__ __forceinline__ uint4 ld_weight_span(const void* p, int span) {
+  if (span == 256) return ld_weight(p);
+  uint4 v;
+  if (span == 128)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  else if (span == 64)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::64B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ uint32_t word(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;  // j is a compile-time constant after unrolling
 }

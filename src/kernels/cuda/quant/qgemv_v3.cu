@@ -80,7 +80,7 @@ template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
-                    uint32_t* __restrict__ deal, bool l2_rest, uint64_t* __restrict__ trace) {
+                    uint32_t* __restrict__ deal, int l2_bits, uint64_t* __restrict__ trace) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -153,9 +153,10 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const bool row_once = SM == kRow && tile1 - tile0 == 1 && !dealt;
   const float2 once_lo = row_once ? __ldg(rq_slo) : make_float2(0.0f, 0.0f);
   const float2 once_hi = row_once ? __ldg(rq_shi) : make_float2(0.0f, 0.0f);
+  const bool l2_rest = l2_bits & 1;  // bit 0: l2_rest; above it the weight loads' L2 span (v3_ld_span)
   auto request = [&](int d) {
-    ring_lo[d] = ld_weight(rq_wlo + 4 * rq_sc);
-    ring_hi[d] = ld_weight(rq_whi + 4 * rq_sc);
+    ring_lo[d] = ld_weight_span(rq_wlo + 4 * rq_sc, l2_bits >> 1);
+    ring_hi[d] = ld_weight_span(rq_whi + 4 * rq_sc, l2_bits >> 1);
     if constexpr (SM == kG32) {
       ring_slo[d] = __ldg(rq_slo + Fm::NG * rq_sc);
       ring_shi[d] = __ldg(rq_shi + Fm::NG * rq_sc);
@@ -175,9 +176,8 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
 #pragma unroll
   for (int d = 0; d < D; ++d)
     if (rq_tile >= 0) request(d);
-  // l2_rest (KILN_QGEMV_L2_REST, qgemv_v3_grid.h): the rest of this warp's share of its first tile,
-  // the items past the D requested above, is asked into L2 too, one prefetch per 128-byte line (two
-  // super-chunks of a row) and row. Weights only: they do not depend on the kernel before.
+  // l2_rest (KILN_QGEMV_L2_REST, qgemv_v3_grid.h): the rest of this warp's share of its first tile, past
+  // the D items above, into L2 too, a prefetch per 128-byte line and row (weights: not the kernel before's).
   if (l2_rest && t == 0 && tile1 > tile0 && sc0 + D < sc1) {
     int64_t lo0, hi0;
     epi.rows(tile0, lo0, hi0);
@@ -456,10 +456,10 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
                                                                  : V3Format<QuantFormat::int8>::KS),
                                warps, D, per, tiles % blocks != 0);
   if (kV3Draws<E, XS> && own > 0 && (deal = tile_counter_next(stream)) != nullptr) per = own;
-  const bool l2_rest = v3_l2_rest(kIsRopeKv<E>, tiles <= blocks);
+  const int l2_bits = int(v3_l2_rest(kIsRopeKv<E>, tiles <= blocks)) | v3_ld_span(tiles <= blocks) << 1;
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
-                   w.cols, w.group, shift, per, deal, l2_rest, qgemv_trace_next_slot(w.rows, w.cols));
+                   w.cols, w.group, shift, per, deal, l2_bits, qgemv_trace_next_slot(w.rows, w.cols));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.
