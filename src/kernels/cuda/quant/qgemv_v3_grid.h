@@ -59,10 +59,11 @@ inline bool v3_l2_rest(bool rope_qkv, bool one_tile) {
 // KILN_QGEMV_LD_SPAN: the L2 fetch span of the weight loads (mma_frag.cuh's ld_weight_span): 128 bytes
 // (default), 256 (every GEMV's .L2::256B before session 42), 64 or 0 (no hint). A warp asks 64 bytes
 // of a row at a time; .L2::256B fetched the next 192 with it, and in the step, where L2 is full, part of
-// those were evicted before the warp asked for them and read again: ncu (no cache flush, layer 0) counts
-// int4 gate/up at 77.6 MB from DRAM for its 66.1 (128: 69.3; 64 and 0: 66.1), int8 gate/up 125.1 for
-// 117.5. H100 tg128 (same binary, 3 rounds): int4 + head 387.9 at 256, 414.7 at 128, 398.8 at 64,
-// 399.4 at 0 tok/s; int8 + head 290.9, 296.9, 277.0, 276.6 (docs/performance/quantization.md, session 42).
+// those were read again (most likely evicted before the warp asked for them; with a flushed L2 they were
+// not): ncu (no cache flush, layer 0) counts int4 gate/up at 77.6 MB from DRAM for its 66.1 (128: 69.3;
+// 64 and 0: 66.1), int8 gate/up 125.1 for 117.5. H100 tg128 (same binary, 3 rounds): int4 + head 387.9
+// at 256, 414.7 at 128, 398.8 at 64, 399.4 at 0 tok/s; int8 + head 290.9, 296.9, 277.0, 276.6
+// (docs/performance/qgemv-l2-span.md, session 42).
 // KILN_QGEMV_LD_SPAN_MULTI: the span of launches whose blocks run several tiles (gate/up, lm_head),
 // for a per-launch A/B (default: KILN_QGEMV_LD_SPAN's).
 inline int v3_ld_span(bool one_tile) {
