@@ -49,3 +49,18 @@ def test_byte_metrics_become_megabytes(tmp_path):
     assert round(row["dram_read_mb"], 2) == 42.62
     assert row["l2_read_mb"] == 32.0 and row["l2_read_miss_mb"] == 8.0
     assert "DRAM MB" in text and "42.62" in text and row["dram_pct"] is None
+
+
+def test_bytes_only_export(tmp_path):
+    """Session 42's call B (`NCU_METRICS=bytes`, no cache flush, the weight loads at .L2::256B): only
+    the duration and byte columns are there; the int4 gate/up GEMV read 77.58 MB from DRAM for its
+    66.1 MB matrix (performance/qgemv-l2-span.md)."""
+    csv_path = ROOT / "bench" / "results" / "raw" / "2026-12-07_s42_callB_h100_ncu_raw_int4_span256.csv"
+    rows, text = run(csv_path, tmp_path)
+    assert len(rows) == 4  # layer 0: qkv, o, gate/up, down
+    gate_up = rows[2]
+    assert "SwiGluEpi" in gate_up["kernel"]
+    assert round(gate_up["dram_read_mb"], 2) == 77.58 and round(gate_up["l2_read_miss_mb"], 2) == 65.05
+    assert gate_up["dram_pct"] is None and gate_up["l2_hit_pct"] is None and gate_up["top_stalls"] == []
+    assert [round(r["dram_read_mb"], 2) for r in rows] == [16.67, 13.15, 77.58, 44.10]
+    assert "DRAM MB" in text
