@@ -44,12 +44,10 @@ METRICS+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.
 METRICS+=,launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static
 METRICS+=,lts__t_sector_hit_rate.pct,launch__grid_size,launch__block_size
 # Bytes: read from DRAM, asked of L2 by the SMs, and the part of those that missed (ncu_table.py).
-METRICS+=,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
+BYTES=dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
+METRICS+=,$BYTES
 for s in "${STALLS[@]}"; do METRICS+=",smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"; done
-if [ "${NCU_METRICS:-all}" = bytes ]; then
-  METRICS=gpu__time_duration.sum,launch__grid_size,dram__bytes_read.sum
-  METRICS+=,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
-fi
+[ "${NCU_METRICS:-all}" = bytes ] && METRICS=gpu__time_duration.sum,launch__grid_size,$BYTES
 ncu "${SELECT[@]}" --csv --page raw --print-units base \
   --metrics "$METRICS" "$BUNDLE/tools/kiln" profile "${PROFILE_ARGS[@]}" >"$OUTDIR/ncu_raw.csv" 2>"$OUTDIR/ncu.log" || {
   echo "ncu failed; see $OUTDIR/ncu.log"; tail -5 "$OUTDIR/ncu.log"; exit 1; }

@@ -80,7 +80,7 @@ template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
-                    uint32_t* __restrict__ deal, int l2_bits, uint64_t* __restrict__ trace) {
+                    uint32_t* __restrict__ deal, bool l2_rest, int ld_span, uint64_t* __restrict__ trace) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -153,10 +153,9 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const bool row_once = SM == kRow && tile1 - tile0 == 1 && !dealt;
   const float2 once_lo = row_once ? __ldg(rq_slo) : make_float2(0.0f, 0.0f);
   const float2 once_hi = row_once ? __ldg(rq_shi) : make_float2(0.0f, 0.0f);
-  const bool l2_rest = l2_bits & 1;  // bit 0: l2_rest; above it the weight loads' L2 span (v3_ld_span)
-  auto request = [&](int d) {
-    ring_lo[d] = ld_weight_span(rq_wlo + 4 * rq_sc, l2_bits >> 1);
-    ring_hi[d] = ld_weight_span(rq_whi + 4 * rq_sc, l2_bits >> 1);
+  auto request = [&](int d) {  // ld_span: the weight loads' L2 fetch span (v3_ld_span)
+    ring_lo[d] = ld_weight_span(rq_wlo + 4 * rq_sc, ld_span);
+    ring_hi[d] = ld_weight_span(rq_whi + 4 * rq_sc, ld_span);
     if constexpr (SM == kG32) {
       ring_slo[d] = __ldg(rq_slo + Fm::NG * rq_sc);
       ring_shi[d] = __ldg(rq_shi + Fm::NG * rq_sc);
@@ -456,10 +455,11 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
                                                                  : V3Format<QuantFormat::int8>::KS),
                                warps, D, per, tiles % blocks != 0);
   if (kV3Draws<E, XS> && own > 0 && (deal = tile_counter_next(stream)) != nullptr) per = own;
-  const int l2_bits = int(v3_l2_rest(kIsRopeKv<E>, tiles <= blocks)) | v3_ld_span(tiles <= blocks) << 1;
+  const bool l2_rest = v3_l2_rest(kIsRopeKv<E>, tiles <= blocks);
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
-                   w.cols, w.group, shift, per, deal, l2_bits, qgemv_trace_next_slot(w.rows, w.cols));
+                   w.cols, w.group, shift, per, deal, l2_rest, v3_ld_span(tiles <= blocks),
+                   qgemv_trace_next_slot(w.rows, w.cols));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.
