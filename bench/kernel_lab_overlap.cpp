@@ -19,7 +19,7 @@
 // fraction of the SMs runs faster than that fraction of its whole-GPU rate. Session 33 (H100): it
 // draws 31-38 GB/s an SM on 16-80 SMs against 22 on all 132, and the best split takes 0.948x the
 // serial pair (gate/up, 48 SMs): at most ~1.3% of issue #8's run, so the idea is closed and this
-// bench is no longer part of scripts/gpu_suite.sh (performance/batching.md, session 33).
+// bench is no longer part of scripts/gpu_suite.sh (performance/batching-offline-run.md, session 33).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // Where the int8 / int4 decode GEMV's blocks spend their time in a step (KILN_QGEMV_TRACE=RxC, the
 // launches over an R x C weight, e.g. 28672x4096 for Llama-3-8B's gate/up; a diagnostic, off by
 // default; block_trace.h). In the batch-1 step the big GEMVs' critical shares run 50-70% over
-// their bytes at the copy rate (performance/decode-step.md, session 27): this splits a launch into
+// their bytes at the copy rate (performance/decode-critical-path.md, session 27): this splits a launch into
 // the blocks' lead before the wait, x's staging, the first tile, the steady tiles and the tail.
 #pragma once
 
