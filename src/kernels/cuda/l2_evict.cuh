@@ -5,7 +5,8 @@
 // it, yet with the default policy it competes for L2 with what is read again: the span fetched ahead
 // of a warp's requests (qgemv-l2-span.md: in the step's full L2 part of it was evicted and read
 // twice), the qkv GEMV's rest prefetched into L2 before its wait, the activations, the KV cache.
-// Which lines L2 evicts among those marked evict_first is not documented: measured, not assumed.
+// Which lines L2 evicts among those marked evict_first is not documented: the switch exists to measure
+// whether it helps (qgemv-l2-span.md, session 43; not yet run on a device).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// How qgemv v3 (qgemv_v3.cu) lays a launch over the GPU: block widths, shared-memory budgets and
-// how many tiles a block runs of its own before it draws the rest (host side).
+// How qgemv v3 (qgemv_v3.cu) lays a launch over the GPU: block widths, shared-memory budgets, the ring
+// depth, how many tiles a block runs of its own before it draws the rest, and the weight loads' L2 hints.
 #pragma once
 
 #include <algorithm>
@@ -73,8 +73,8 @@ inline int v3_ld_span(bool one_tile) {
   return one_tile ? span : multi;
 }
 
-// KILN_QGEMV_EVICT_FIRST=1: the weight loads carry an L2 evict_first policy (l2_evict.cuh), so the
-// step's dead weight lines go before anything read again. Off by default until measured.
+// KILN_QGEMV_EVICT_FIRST=1: the weight loads carry an L2 evict_first policy (l2_evict.cuh), asking L2 to
+// replace the step's dead weight lines before what is read again. Off by default: not yet measured.
 inline bool v3_evict_first() {
   static const bool on = env_int("KILN_QGEMV_EVICT_FIRST", 0) == 1;
   return on;
