@@ -14,8 +14,25 @@ def anchor_of(heading):
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
+def headings(text):
+    """The heading lines, leaving out `#` lines inside fenced code (shell comments, not headings)."""
+    in_fence = False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        elif not in_fence and line.startswith("#"):
+            yield line
+
+
 def anchors(path):
-    return {anchor_of(line) for line in path.read_text().split("\n") if line.startswith("#")}
+    """GitHub's anchors for a file: a repeated heading's later copies get -1, -2, ..."""
+    seen, found = {}, set()
+    for heading in headings(path.read_text()):
+        base = anchor_of(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        found.add(base if n == 0 else f"{base}-{n}")
+    return found
 
 
 def markdown_files():
@@ -43,6 +60,12 @@ def broken_links():
 def test_anchor_rule_matches_github():
     assert anchor_of("## Session 4: int8 / int4 decode GEMV v3 (quant/qgemv_v3.cu)") == \
         "session-4-int8--int4-decode-gemv-v3-quantqgemv_v3cu"
+
+
+def test_fenced_comments_are_not_headings_and_repeats_are_numbered(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Top\n```sh\n# not a heading\n```\n## Runs\n## Runs\n")
+    assert anchors(doc) == {"top", "runs", "runs-1"}
 
 
 def test_every_relative_link_resolves():
