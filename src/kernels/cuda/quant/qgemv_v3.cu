@@ -43,7 +43,6 @@
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/gemv_epilogues.cuh"
 #include "kernels/cuda/gemv_reduce.cuh"
-#include "kernels/cuda/l2_evict.cuh"
 #include "kernels/cuda/mma_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant/qgemv_v3_parts.cuh"
@@ -81,8 +80,7 @@ template <QuantFormat F, int SM, int NT, int D, bool XS, class E, bool H16>
 __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     qgemv_v3_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ wq, const float2* __restrict__ scales,
                     E epi, int m_actual, int64_t N, int64_t K, int64_t group, int shift, int base_tiles,
-                    uint32_t* __restrict__ deal, bool l2_rest, int ld_span, bool evict_first,
-                    uint64_t* __restrict__ trace) {
+                    uint32_t* __restrict__ deal, bool l2_rest, int ld_span, uint64_t* __restrict__ trace) {
   using Fm = V3Format<F>;
   constexpr int KS = Fm::KS;
   constexpr bool G32 = SM == kG32;
@@ -155,13 +153,9 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   const bool row_once = SM == kRow && tile1 - tile0 == 1 && !dealt;
   const float2 once_lo = row_once ? __ldg(rq_slo) : make_float2(0.0f, 0.0f);
   const float2 once_hi = row_once ? __ldg(rq_shi) : make_float2(0.0f, 0.0f);
-  // ld_span: the weight loads' L2 fetch span (v3_ld_span); evict_first: their L2 policy (v3_evict_first).
-  const uint64_t policy = evict_first ? l2_evict_first_policy() : 0;
-  auto request = [&](int d) {
-    ring_lo[d] = evict_first ? ld_weight_span_policy(rq_wlo + 4 * rq_sc, ld_span, policy)
-                             : ld_weight_span(rq_wlo + 4 * rq_sc, ld_span);
-    ring_hi[d] = evict_first ? ld_weight_span_policy(rq_whi + 4 * rq_sc, ld_span, policy)
-                             : ld_weight_span(rq_whi + 4 * rq_sc, ld_span);
+  auto request = [&](int d) {  // ld_span: the weight loads' L2 fetch span (v3_ld_span)
+    ring_lo[d] = ld_weight_span(rq_wlo + 4 * rq_sc, ld_span);
+    ring_hi[d] = ld_weight_span(rq_whi + 4 * rq_sc, ld_span);
     if constexpr (SM == kG32) {
       ring_slo[d] = __ldg(rq_slo + Fm::NG * rq_sc);
       ring_shi[d] = __ldg(rq_shi + Fm::NG * rq_sc);
@@ -457,7 +451,7 @@ void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, 
   launch_maybe_pdl(gemv_pdl_enabled(), kernel, dim3(unsigned(blocks)), dim3(warps * 32), size_t(XS ? smem : 0), stream,
                    x, static_cast<const uint8_t*>(w.data), reinterpret_cast<const float2*>(w.scales), epi, m, w.rows,
                    w.cols, w.group, shift, per, deal, l2_rest, v3_ld_span(tiles <= blocks),
-                   v3_evict_first(), qgemv_trace_next_slot(w.rows, w.cols));
+                   qgemv_trace_next_slot(w.rows, w.cols));
 }
 
 // The fused forms (pairing epilogues) run only at M = 1 with x staged in shared memory.

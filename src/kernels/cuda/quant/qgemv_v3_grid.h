@@ -73,13 +73,6 @@ inline int v3_ld_span(bool one_tile) {
   return one_tile ? span : multi;
 }
 
-// KILN_QGEMV_EVICT_FIRST=1: the weight loads carry an L2 evict_first policy (l2_evict.cuh), asking L2 to
-// replace the step's dead weight lines before what is read again. Off by default: not yet measured.
-inline bool v3_evict_first() {
-  static const bool on = env_int("KILN_QGEMV_EVICT_FIRST", 0) == 1;
-  return on;
-}
-
 // Ring depth (registers: <= 128 for 16 warps per SM; ptxas -v). x from L2 (XS = 0) holds 2 more MMA
 // chains and its x pieces longer: one slot less.
 template <int NT, bool XS>
