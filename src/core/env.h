@@ -4,8 +4,10 @@
 #pragma once
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 namespace kiln {
 
@@ -21,6 +23,19 @@ inline int env_int(const char* name, int fallback) {
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
   return *end == '\0' && v >= INT_MIN && v <= INT_MAX ? int(v) : fallback;
+}
+
+// env_int for a setting with a few meaningful values: one set to anything else (a typo, an
+// unsupported size) is reported on stderr and `fallback` used, so an experiment does not quietly
+// measure the default under another name. Callers read it once, as env_int.
+inline int env_int_of(const char* name, int fallback, std::initializer_list<int> allowed) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  const int v = env_int(name, INT_MIN);  // INT_MIN: not a number (no setting allows it)
+  for (int a : allowed)
+    if (v == a) return v;
+  std::fprintf(stderr, "kiln: %s=%s is not one of its values; using %d\n", name, e, fallback);
+  return fallback;
 }
 
 }  // namespace kiln

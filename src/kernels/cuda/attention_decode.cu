@@ -393,11 +393,8 @@ void launch_decode_stages(const DecodeTuning& tune, const bf16* q, KvLayout kv, 
                           int64_t max_kv_len, bf16* out, DecodeWorkspace ws, int64_t batch, int n_heads,
                           int n_kv_heads, int head_dim, cudaStream_t stream) {
   // KILN_ATTN_DECODE_STAGES=2|4: another default for an engine-level comparison (D = 128 only;
-  // other values keep the default).
-  static const int env_stages = [] {
-    const int v = env_int("KILN_ATTN_DECODE_STAGES", 0);
-    return v == 2 || v == 4 ? v : 0;
-  }();
+  // 3 is the default; other values are reported and keep it).
+  static const int env_stages = env_int_of("KILN_ATTN_DECODE_STAGES", 0, {2, 3, 4});
   const int stages = tune.stages > 0 ? tune.stages : env_stages > 0 ? env_stages : kDecodeDefaults.stages;
   // Instantiations beyond the default only where the kernel lab compares them (D 128).
   if constexpr (D == 128) {

@@ -67,9 +67,8 @@ inline bool v3_l2_rest(bool rope_qkv, bool one_tile) {
 // KILN_QGEMV_LD_SPAN_MULTI: the span of launches whose blocks run several tiles (gate/up, lm_head),
 // for a per-launch A/B (default: KILN_QGEMV_LD_SPAN's).
 inline int v3_ld_span(bool one_tile) {
-  auto valid = [](int s) { return s == 256 || s == 64 || s == 0 ? s : 128; };
-  static const int span = valid(env_int("KILN_QGEMV_LD_SPAN", 128));
-  static const int multi = valid(env_int("KILN_QGEMV_LD_SPAN_MULTI", span));
+  static const int span = env_int_of("KILN_QGEMV_LD_SPAN", 128, {128, 256, 64, 0});
+  static const int multi = env_int_of("KILN_QGEMV_LD_SPAN_MULTI", span, {128, 256, 64, 0});
   return one_tile ? span : multi;
 }
 
