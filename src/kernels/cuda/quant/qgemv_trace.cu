@@ -47,13 +47,20 @@ std::string qgemv_trace_report() {
   const auto med = block_trace_median;
   auto at_ns = [&](const uint64_t* r, int word) { return block_trace_ns(r, word, ghz); };
   std::vector<double> lead, staged, per_tile, blocks_n, tiles_min, tiles_max;
+  // The last block to exit in each launch: how late its wait returned, its staging, its tiles, and
+  // how many of the launch's blocks ran on its SM (session 45: a late last block in some steps).
+  std::vector<double> last_wait, last_staged, last_tile, last_sm_blocks;
   BlockTraceSpread spread;
   for (int slot = 0; slot < used; ++slot) {
     std::vector<double> waits, exits;
     double tmin = 1e30, tmax = 0;
+    const uint64_t* last = nullptr;
+    int sm_blocks[1024] = {};
     for (int b = 0; b < T::kBlocks; ++b) {
       const uint64_t* r = block_trace_record<T>(h, slot, b);
       if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0) continue;
+      ++sm_blocks[r[kTraceSm] % 1024];
+      if (!last || r[kTraceExitNs] > last[kTraceExitNs]) last = r;
       waits.push_back(at_ns(r, T::kAfterWait));
       exits.push_back(double(r[kTraceExitNs]));
       lead.push_back((at_ns(r, T::kAfterWait) - double(r[kTraceEntryNs])) / 1000.0);
@@ -63,6 +70,12 @@ std::string qgemv_trace_report() {
       if (tiles > 0) per_tile.push_back((double(r[kTraceExitNs]) - at_ns(r, T::kStaged)) / 1000.0 / tiles);
     }
     if (waits.empty()) continue;
+    const double first_wait = *std::min_element(waits.begin(), waits.end());
+    last_wait.push_back((at_ns(last, T::kAfterWait) - first_wait) / 1000.0);
+    last_staged.push_back((at_ns(last, T::kStaged) - at_ns(last, T::kAfterWait)) / 1000.0);
+    last_tile.push_back((double(last[kTraceExitNs]) - at_ns(last, T::kStaged)) / 1000.0 /
+                        std::max(1.0, double(last[T::kTiles])));
+    last_sm_blocks.push_back(double(sm_blocks[last[kTraceSm] % 1024]));
     spread.add(waits, exits);
     blocks_n.push_back(double(waits.size()));
     tiles_min.push_back(tmin);
@@ -82,6 +95,10 @@ std::string qgemv_trace_report() {
   block_trace_line(text, "then a 16-row tile (its tiles to its exit / n)", {med(per_tile)});
   block_trace_line(text, "exits after the first wait return: 50 / 90 / 100%",
                    {med(spread.exit50), med(spread.exit90), med(spread.exit_last)});
+  block_trace_line(text, "last block out: wait late / x staged / tile",
+                   {med(last_wait), med(last_staged), med(last_tile)});
+  block_trace_line(text, "last block out: blocks on its SM, median / min",
+                   {med(last_sm_blocks), block_trace_percentile(last_sm_blocks, 0.0)});
   text += "  (from %globaltimer at entry and exit and the cycles between)\n";
   return text;
 }

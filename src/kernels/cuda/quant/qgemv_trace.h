@@ -2,7 +2,8 @@
 // launches over an R x C weight, e.g. 28672x4096 for Llama-3-8B's gate/up; a diagnostic, off by
 // default; block_trace.h). In the batch-1 step the big GEMVs' critical shares run 50-70% over
 // their bytes at the copy rate (performance/decode-critical-path.md, session 27): this splits a launch into
-// the blocks' lead before the wait, x's staging, the first tile, the steady tiles and the tail.
+// the blocks' lead before the wait, x's staging, the first tile, the steady tiles and the tail,
+// and names each launch's last block out (its lateness, staging, tiles and SM's share of blocks).
 #pragma once
 
 #include <cstdint>
