@@ -55,11 +55,9 @@ std::string qgemv_trace_report() {
     std::vector<double> waits, exits;
     double tmin = 1e30, tmax = 0;
     const uint64_t* last = nullptr;
-    int sm_blocks[1024] = {};
     for (int b = 0; b < T::kBlocks; ++b) {
       const uint64_t* r = block_trace_record<T>(h, slot, b);
       if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0) continue;
-      ++sm_blocks[r[kTraceSm] % 1024];
       if (!last || r[kTraceExitNs] > last[kTraceExitNs]) last = r;
       waits.push_back(at_ns(r, T::kAfterWait));
       exits.push_back(double(r[kTraceExitNs]));
@@ -75,7 +73,12 @@ std::string qgemv_trace_report() {
     last_staged.push_back((at_ns(last, T::kStaged) - at_ns(last, T::kAfterWait)) / 1000.0);
     last_tile.push_back((double(last[kTraceExitNs]) - at_ns(last, T::kStaged)) / 1000.0 /
                         std::max(1.0, double(last[T::kTiles])));
-    last_sm_blocks.push_back(double(sm_blocks[last[kTraceSm] % 1024]));
+    int on_its_sm = 0;
+    for (int b = 0; b < T::kBlocks; ++b) {
+      const uint64_t* r = block_trace_record<T>(h, slot, b);
+      on_its_sm += r[kTraceExit] != 0 && r[T::kAfterWait] != 0 && r[kTraceSm] == last[kTraceSm];
+    }
+    last_sm_blocks.push_back(double(on_its_sm));
     spread.add(waits, exits);
     blocks_n.push_back(double(waits.size()));
     tiles_min.push_back(tmin);
