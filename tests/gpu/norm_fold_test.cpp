@@ -45,12 +45,17 @@ TEST(GpuNormFold, AddNormThenSwiGluMatchesReference) {
 
     DeviceBuffer<bf16> d_a = to_device_bf16(a), d_wo = to_device_bf16(wo), d_norm = to_device_bf16(norm_w),
                        d_wgu = to_device_bf16(wgu);
-    DeviceBuffer<float> y(nH), y_plain(nH), sumsq(nH / 16);
-    DeviceBuffer<bf16> z(nH), h(nI);
+    DeviceBuffer<float> y(nH), y_plain(nH), sumsq(nH / 16), y_exit(nH), sumsq_exit(nH / 16);
+    DeviceBuffer<bf16> z(nH), h(nI), z_exit(nH);
     y.upload(resid0);
     y_plain.upload(resid0);
+    y_exit.upload(resid0);
     cuda::gemv_add_norm(d_a.data(), d_wo.data(), y.data(), cuda::NormProduce{d_norm.data(), z.data(), sumsq.data()}, H,
                         K, nullptr);
+    // Releasing the next kernel at the exit (NextLaunch::at_exit) changes when it may start, not a bit.
+    cuda::gemv_add_norm(d_a.data(), d_wo.data(), y_exit.data(),
+                        cuda::NormProduce{d_norm.data(), z_exit.data(), sumsq_exit.data()}, H, K, nullptr,
+                        cuda::NextLaunch::at_exit);
     cuda::gemv(d_a.data(), d_wo.data(), nullptr, y_plain.data(), cuda::OutMode::add_f32, 1, H, K, nullptr);
     cuda::gemv_swiglu(z.data(), d_wgu.data(), h.data(), I, H, nullptr, cuda::NormApply{sumsq.data(), int(H / 16), eps});
     cuda::cuda_synchronize();
@@ -58,6 +63,9 @@ TEST(GpuNormFold, AddNormThenSwiGluMatchesReference) {
     // The residual: the plain GEMV's add, bit for bit (the fold changes only what follows it).
     const std::vector<float> x = y.to_host();
     ASSERT_EQ(x, y_plain.to_host());
+    ASSERT_EQ(x, y_exit.to_host());
+    ASSERT_EQ(sumsq.to_host(), sumsq_exit.to_host());
+    ASSERT_EQ(from_device_bf16(z), from_device_bf16(z_exit));
     ASSERT_NO_FATAL_FAILURE(expect_norm_produce(x, norm_w, z, sumsq));
 
     // h against the CPU reference: rmsnorm of the residual (fp32), then gate/up and SwiGLU.

@@ -168,16 +168,25 @@ TEST(GpuQuant, AddNormAtLongRowsMatchesPlainGemv) {
     ASSERT_EQ(int(dw.format), int(c.format)) << "the shape should pack";
     auto dx = to_device_bf16(x), dnorm = to_device_bf16(norm_w);
     DeviceBuffer<float> y(static_cast<size_t>(N)), y_plain(static_cast<size_t>(N)), sumsq(static_cast<size_t>(N / 16));
-    DeviceBuffer<bf16> z(static_cast<size_t>(N));
+    DeviceBuffer<float> y_exit(static_cast<size_t>(N)), sumsq_exit(static_cast<size_t>(N / 16));
+    DeviceBuffer<bf16> z(static_cast<size_t>(N)), z_exit(static_cast<size_t>(N));
     y.upload(y0);
     y_plain.upload(y0);
+    y_exit.upload(y0);
     cuda::qgemv_add_norm(dx.data(), dw.view(), y.data(), cuda::NormProduce{dnorm.data(), z.data(), sumsq.data()},
                          nullptr);
     cuda::qgemv(dx.data(), dw.view(), nullptr, y_plain.data(), OutMode::add_f32, 1, nullptr);
+    // Releasing the next kernel at the exit (NextLaunch::at_exit) changes when it may start, not a bit.
+    cuda::qgemv_add_norm(dx.data(), dw.view(), y_exit.data(),
+                         cuda::NormProduce{dnorm.data(), z_exit.data(), sumsq_exit.data()}, nullptr,
+                         cuda::NextLaunch::at_exit);
     cuda::cuda_synchronize();
 
     const std::vector<float> out = y.to_host();
     ASSERT_EQ(out, y_plain.to_host());
+    ASSERT_EQ(out, y_exit.to_host());
+    ASSERT_EQ(sumsq.to_host(), sumsq_exit.to_host());
+    ASSERT_EQ(from_device_bf16(z), from_device_bf16(z_exit));
     std::vector<float> ref(static_cast<size_t>(N));
     cpu::matmul(pool, x.data(), w.data.data(), nullptr, ref.data(), 1, N, c.k);
     for (int64_t n = 0; n < N; ++n) ref[size_t(n)] += y0[size_t(n)];

@@ -26,6 +26,16 @@ namespace kiln::cuda {
 template <class E>
 constexpr bool kEpiPrefetches = requires(const E& e, int64_t lo0) { e.prefetch(lo0); };
 
+// Whether a GEMV releases the kernel after it right after its own PDL wait (pdl.cuh; every epilogue
+// but an AddNormRows told otherwise) or only as its blocks exit.
+template <class E>
+__device__ __forceinline__ bool epi_releases_early(const E& e) {
+  if constexpr (requires { e.release_early; })
+    return e.release_early;
+  else
+    return true;
+}
+
 // The W warps' partials of output row r, activation row m, added to `init` in warp order (the one
 // order every epilogue uses, so fused and plain forms agree where they should).
 template <int WA, int NT>
@@ -262,6 +272,9 @@ struct SwiGluEpi {
 struct AddNormRows {
   float* y;
   NormProduce o;
+  // false: the kernel leaves the next kernel's launch to its blocks' exits instead of releasing it
+  // after its wait (gemv_fused.h's NextLaunch).
+  bool release_early = true;
   __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
     lo0 = 16 * b;
     hi0 = lo0 + 8;

@@ -51,10 +51,10 @@ void gemv_swiglu(const bf16* x, const bf16* w, bf16* h, int64_t inter, int64_t K
 }
 
 void gemv_add_norm(const bf16* x, const bf16* w, float* y, const NormProduce& norm, int64_t N, int64_t K,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, NextLaunch next) {
   KILN_CUDA_REQUIRE(K % 8 == 0, "gemv_add_norm: K % 8 must be 0");
   require_norm_produce(norm, N);
-  launch_gemv_mma<1>(x, w, 1, N, K, N / 16, AddNormRows{y, norm}, stream);
+  launch_gemv_mma<1>(x, w, 1, N, K, N / 16, AddNormRows{y, norm, next == NextLaunch::after_wait}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
     s0.load(w_lo, w_hi, first, n_chunks);
     s1.load(w_lo, w_hi, first + stride, n_chunks);
     pdl_wait();
-    pdl_launch_dependents();
+    if (epi_releases_early(epi)) pdl_launch_dependents();
     for (int64_t base = first; base - t < n_chunks; base += 2 * stride) {
       gemv_mma_step<NT, U>(acc, s0, xr, x_ok, base, n_chunks);
       if (base + stride - t >= n_chunks) break;
@@ -131,14 +131,14 @@ __global__ void __launch_bounds__(W * 32, 16 / W)
       a.load(w_lo, w_hi, base, n_chunks);  // every weight load first: they are what the kernel waits on
       if (!waited) {
         pdl_wait();
-        pdl_launch_dependents();
+        if (epi_releases_early(epi)) pdl_launch_dependents();
         waited = true;
       }
       gemv_mma_step<NT, U, XPRED>(acc, a, xr, x_ok, base, n_chunks);
     }
     if (!waited) {  // a warp with no K steps (K / 8 <= warp * kStep): the epilogue's inputs need the wait too
       pdl_wait();
-      pdl_launch_dependents();
+      if (epi_releases_early(epi)) pdl_launch_dependents();
     }
   }
   gemv_stash<W, NT>(red, warp, g, t, acc);

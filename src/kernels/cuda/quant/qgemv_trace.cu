@@ -49,16 +49,17 @@ std::string qgemv_trace_report() {
   std::vector<double> lead, staged, per_tile, blocks_n, tiles_min, tiles_max;
   // The last block to exit in each launch: how late its wait returned, its staging, its tiles, and
   // how many of the launch's blocks ran on its SM (session 45: a late last block in some steps).
-  std::vector<double> last_wait, last_staged, last_tile, last_sm_blocks;
+  std::vector<double> last_wait, last_staged, last_tile, last_sm_blocks, last_entry, last_index;
   BlockTraceSpread spread;
   for (int slot = 0; slot < used; ++slot) {
     std::vector<double> waits, exits;
     double tmin = 1e30, tmax = 0;
     const uint64_t* last = nullptr;
+    int last_b = 0;
     for (int b = 0; b < T::kBlocks; ++b) {
       const uint64_t* r = block_trace_record<T>(h, slot, b);
       if (r[kTraceExit] == 0 || r[T::kAfterWait] == 0) continue;
-      if (!last || r[kTraceExitNs] > last[kTraceExitNs]) last = r;
+      if (!last || r[kTraceExitNs] > last[kTraceExitNs]) last = r, last_b = b;
       waits.push_back(at_ns(r, T::kAfterWait));
       exits.push_back(double(r[kTraceExitNs]));
       lead.push_back((at_ns(r, T::kAfterWait) - double(r[kTraceEntryNs])) / 1000.0);
@@ -70,6 +71,8 @@ std::string qgemv_trace_report() {
     if (waits.empty()) continue;
     const double first_wait = *std::min_element(waits.begin(), waits.end());
     last_wait.push_back((at_ns(last, T::kAfterWait) - first_wait) / 1000.0);
+    last_entry.push_back((double(last[kTraceEntryNs]) - first_wait) / 1000.0);
+    last_index.push_back(double(last_b));
     last_staged.push_back((at_ns(last, T::kStaged) - at_ns(last, T::kAfterWait)) / 1000.0);
     last_tile.push_back((double(last[kTraceExitNs]) - at_ns(last, T::kStaged)) / 1000.0 /
                         std::max(1.0, double(last[T::kTiles])));
@@ -102,6 +105,9 @@ std::string qgemv_trace_report() {
                    {med(last_wait), med(last_staged), med(last_tile)});
   block_trace_line(text, "last block out: blocks on its SM, median / min",
                    {med(last_sm_blocks), block_trace_percentile(last_sm_blocks, 0.0)});
+  block_trace_line(text, "last block out: entry after the first wait return", {med(last_entry)});
+  block_trace_line(text, "last block out: its index, median / min / max",
+                   {med(last_index), block_trace_percentile(last_index, 0.0), block_trace_percentile(last_index, 1.0)});
   text += "  (from %globaltimer at entry and exit and the cycles between)\n";
   return text;
 }

@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   // Launched with PDL (as gemv_mma.cuh): the first D requests above read only weights; x, which
   // the kernel before this one writes, is read after the wait (with ld_after_wait, not __ldg).
   pdl_wait();
-  pdl_launch_dependents();
+  if (epi_releases_early(epi)) pdl_launch_dependents();
   Stamps::cycles(trace, QgemvTrace::kAfterWait);
 
   // Block prologue (under the first requests' latency): x sums per fold unit, and x itself (XS).
@@ -582,10 +582,12 @@ void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaS
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-void qgemv_add_norm(const bf16* x, const QWeight& w, float* y, const NormProduce& norm, cudaStream_t stream) {
+void qgemv_add_norm(const bf16* x, const QWeight& w, float* y, const NormProduce& norm, cudaStream_t stream,
+                    NextLaunch next) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_add_norm: unsupported weight");
   require_norm_produce(norm, w.rows);
-  KILN_CUDA_REQUIRE(by_format(x, w, AddNormRows{y, norm}, 1, true, true, stream), "qgemv_add_norm: group layout");
+  const AddNormRows epi{y, norm, next == NextLaunch::after_wait};
+  KILN_CUDA_REQUIRE(by_format(x, w, epi, 1, true, true, stream), "qgemv_add_norm: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
 

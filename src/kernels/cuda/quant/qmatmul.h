@@ -122,7 +122,8 @@ void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaS
                   const NormApply& norm = {});
 // gemv_add_norm (gemv_fused.h) for a qgemv_fusable int8 / int4 w: y (w.rows) fp32 += W . x, then
 // the NormProduce; M = 1.
-void qgemv_add_norm(const bf16* x, const QWeight& w, float* y, const NormProduce& norm, cudaStream_t stream);
+void qgemv_add_norm(const bf16* x, const QWeight& w, float* y, const NormProduce& norm, cudaStream_t stream,
+                    NextLaunch next = NextLaunch::after_wait);
 // W -> bf16 (rows, cols) row-major: value = q * scale + min rounded to bf16 (int8/int4/fp8).
 void dequantize_to_bf16(const QWeight& w, bf16* dst, cudaStream_t stream);
 // Per-token fp8 quantization of x (M, K): xq (M, K) e4m3 bytes, xs (M) scales (0 for a zero row).
