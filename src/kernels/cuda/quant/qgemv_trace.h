@@ -3,7 +3,8 @@
 // default; block_trace.h). In the batch-1 step the big GEMVs' critical shares run 50-70% over
 // their bytes at the copy rate (performance/decode-critical-path.md, session 27): this splits a launch into
 // the blocks' lead before the wait, x's staging, the first tile, the steady tiles and the tail,
-// and names each launch's last block out (its lateness, staging, tiles and SM's share of blocks).
+// and names each launch's last block out (its entry, lateness, staging, tiles, index and how many
+// of the launch's blocks shared its SM).
 #pragma once
 
 #include <cstdint>
