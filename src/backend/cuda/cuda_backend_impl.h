@@ -328,6 +328,8 @@ struct CudaBackend::Impl {
   // cache of at most 256 positions. KILN_ATTN_O_FUSED=1 turns it on: off by default, measured
   // slower than the separate kernels (H100, tg128 int4: -5.2% in session 29, -1.4% in session 30;
   // docs/performance/decode-boundaries.md); its workspace is allocated here, its counters zeroed once.
+  // It runs only in unfolded steps (cuda_backend.cpp's attend): since session 46 int8 / int4 models
+  // fold at every cache size, so with it on they need KILN_NORM_FOLD=0 (or KILN_NORM_FOLD_MIN=256).
   bool use_attn_o = false;
   DeviceBuffer<float> attn_o_partials;
   DeviceBuffer<uint32_t> attn_o_counters;
