@@ -27,7 +27,7 @@ template <class E>
 constexpr bool kEpiPrefetches = requires(const E& e, int64_t lo0) { e.prefetch(lo0); };
 
 // Whether a GEMV releases the kernel after it right after its own PDL wait (pdl.cuh; every epilogue
-// without a release_early member, and those whose member is true) or only as its blocks exit.
+// but an AddNormRows told otherwise) or only as its blocks exit.
 template <class E>
 __device__ __forceinline__ bool epi_releases_early(const E& e) {
   if constexpr (requires { e.release_early; })
@@ -108,7 +108,6 @@ struct RopeKvEpiT {
   const bf16* bias;
   RopeKvTarget o;
   NormApply norm = {};  // x is a NormProduce's z: scale the products by its s
-  bool release_early = true;  // false: the attention after it launches at its exit (fused_gemv_releases_early)
 
   __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
     const int64_t v0 = 16 * b, hd = o.head_dim;
@@ -240,7 +239,6 @@ struct SwiGluEpi {
   bf16* h;
   int64_t inter;
   NormApply norm = {};  // as RopeKvEpi's
-  bool release_early = true;  // false: down launches at its exit (fused_gemv_releases_early)
 
   __device__ __forceinline__ void rows(int64_t b, int64_t& lo0, int64_t& hi0) const {
     lo0 = 8 * b;

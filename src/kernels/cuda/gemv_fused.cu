@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/gemv_epilogues.cuh"
 
@@ -32,20 +31,14 @@ void require_norm_produce(const NormProduce& norm, int64_t N) {
   KILN_CUDA_REQUIRE(norm.weight && norm.z && norm.sumsq, "NormProduce: weight, z and sumsq");
 }
 
-bool fused_gemv_releases_early(bool qkv) {
-  static const int at_exit = env_int("KILN_PDL_AT_EXIT", 0);
-  return (at_exit & (qkv ? 1 : 2)) == 0;
-}
-
 void gemv_rope_kv(const bf16* x, const bf16* w, const bf16* bias, const RopeKvTarget& out, int64_t K,
                   cudaStream_t stream, const NormApply& norm) {
   const int64_t N = require_rope_kv_target(out, K);
   require_norm_apply(norm, K);
-  const bool early = fused_gemv_releases_early(true);
   if (out.kv.quantized())
-    launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvQuantEpi{bias, out, norm, early}, stream);
+    launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvQuantEpi{bias, out, norm}, stream);
   else
-    launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out, norm, early}, stream);
+    launch_gemv_mma<1>(x, w, 1, N, K, N / 16, RopeKvEpi{bias, out, norm}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -53,8 +46,7 @@ void gemv_swiglu(const bf16* x, const bf16* w, bf16* h, int64_t inter, int64_t K
                  const NormApply& norm) {
   KILN_CUDA_REQUIRE(inter % 8 == 0 && K % 8 == 0, "gemv_swiglu: inter and K must be multiples of 8");
   require_norm_apply(norm, K);
-  const SwiGluEpi epi{h, inter, norm, fused_gemv_releases_early(false)};
-  launch_gemv_mma<1>(x, w, 1, 2 * inter, K, inter / 8, epi, stream);
+  launch_gemv_mma<1>(x, w, 1, 2 * inter, K, inter / 8, SwiGluEpi{h, inter, norm}, stream);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

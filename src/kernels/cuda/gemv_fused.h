@@ -71,12 +71,6 @@ void gemv_swiglu(const bf16* x, const bf16* w, bf16* h, int64_t inter, int64_t K
 // the unfolded step (after its wait: 7% slower); over 256 positions the exit cost int4 3.2%.
 enum class NextLaunch { after_wait, at_exit };
 
-// Whether the fused batch-1 qkv (qkv = true) or gate/up GEMV releases the kernel after it right
-// after its own wait (the default) or at its exit. KILN_PDL_AT_EXIT (an experiment switch, session
-// 46, a mask, default 0): 1 the qkv GEMVs (the attention after them), 2 the gate/up GEMVs (down),
-// for mapping every release point of the step against NextLaunch's measured one; not measured yet.
-bool fused_gemv_releases_early(bool qkv);
-
 // y (N) fp32 += W . x (the residual add of o and down, the plain GEMV's bits), then the first half of
 // the next RMSNorm into `norm` (NormProduce). Needs N % 16 == 0, K % 8 == 0; M = 1.
 void gemv_add_norm(const bf16* x, const bf16* w, float* y, const NormProduce& norm, int64_t N, int64_t K,

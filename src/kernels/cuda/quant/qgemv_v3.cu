@@ -568,9 +568,8 @@ void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const Rope
   KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_rope_kv: unsupported weight");
   KILN_CUDA_REQUIRE(w.rows == require_rope_kv_target(out, w.cols), "qgemv_rope_kv: rows");
   require_norm_apply(norm, w.cols);
-  const bool early = fused_gemv_releases_early(true);
-  const bool ran = out.kv.quantized() ? by_format(x, w, RopeKvQuantEpi{bias, out, norm, early}, 1, true, true, stream)
-                                      : by_format(x, w, RopeKvEpi{bias, out, norm, early}, 1, true, true, stream);
+  const bool ran = out.kv.quantized() ? by_format(x, w, RopeKvQuantEpi{bias, out, norm}, 1, true, true, stream)
+                                      : by_format(x, w, RopeKvEpi{bias, out, norm}, 1, true, true, stream);
   KILN_CUDA_REQUIRE(ran, "qgemv_rope_kv: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -579,8 +578,7 @@ void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaS
                   const NormApply& norm) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w) && w.rows == 2 * inter && inter % 8 == 0, "qgemv_swiglu: unsupported weight");
   require_norm_apply(norm, w.cols);
-  const SwiGluEpi epi{h, inter, norm, fused_gemv_releases_early(false)};
-  KILN_CUDA_REQUIRE(by_format(x, w, epi, 1, true, true, stream), "qgemv_swiglu: group layout");
+  KILN_CUDA_REQUIRE(by_format(x, w, SwiGluEpi{h, inter, norm}, 1, true, true, stream), "qgemv_swiglu: group layout");
   KILN_CUDA_CHECK_LAUNCH();
 }
 
