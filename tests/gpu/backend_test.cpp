@@ -86,7 +86,7 @@ class GpuBackend : public testing::TestWithParam<int> {
 };
 
 // Capacity 128 and 300: the decode steps of the second run the RMSNorms folded into the GEMVs
-// (more than 256 positions, CudaBackend::Impl::norm_fold_for).
+// (more than 256 positions, NormFoldRule::folds).
 TEST_P(GpuBackend, PrefillAndDecodeLogitsMatchCpu) {
   KILN_REQUIRE_GPU();
   for (int64_t capacity : {128, 300}) {
@@ -220,7 +220,7 @@ TEST_P(GpuBackend, FusedDecodeMatchesUnfusedBitForBit) {
 // The RMSNorms folded into the fused decode GEMVs (gemv_fused.h: z = bf16(x o w) rounded before
 // the scale, not after): not the norm kernel's bits, so the decode logits are compared to the
 // unfolded fused path within the GPU-vs-CPU tolerance (kTolLogits), and the folded kernels must
-// have run (a capacity of 300: the fold needs more than 256 positions, Impl::norm_fold_for). Prefill
+// have run (a capacity of 300: the fold needs more than 256 positions, NormFoldRule::folds). Prefill
 // never folds: the same bits.
 TEST_P(GpuBackend, FoldedNormDecodeCloseToNormKernel) {
   KILN_REQUIRE_GPU();

@@ -175,7 +175,7 @@ TEST_P(GpuBatch, FusedBatch1DecodeMatchesUnfused) {
 }
 
 // A decode step of one sequence whose table spans more than 256 positions runs with the RMSNorms
-// folded into the fused GEMVs (Impl::norm_fold_for): not the norm kernel's bits, so within the
+// folded into the fused GEMVs (NormFoldRule::folds): not the norm kernel's bits, so within the
 // GPU-vs-CPU tolerance of the unfolded step, and the folded kernels must have run.
 TEST_P(GpuBatch, FoldedBatch1DecodeCloseToUnfolded) {
   KILN_REQUIRE_GPU();

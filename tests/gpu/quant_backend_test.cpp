@@ -185,7 +185,7 @@ TEST_P(GpuQuantBackend, FusedDecodeMatchesUnfusedBitForBit) {
     CudaBackend a(c, w, on), b(c, w, off), f(c, w, folded);
     auto sf = f.new_sequence(300);  // > 256 positions: the decode attention has its combine, the step folds
     // <= 256 positions: folded too with int8 / int4 o and down, o + norm releasing gate/up at its exit
-    // (Impl::norm_fold_for, o_next_launch; session 46)
+    // (NormFoldRule; session 46)
     auto sfs = f.new_sequence(200);
     auto sa = a.new_sequence(200), sb = b.new_sequence(200);
     auto p = prompt(70, c.vocab_size);  // past one 64-position attention tile

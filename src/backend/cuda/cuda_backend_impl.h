@@ -23,6 +23,7 @@
 #include "backend/cuda/cupti_kernel_timer.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weight.h"
+#include "backend/cuda/norm_fold_rule.h"
 #include "core/check.h"
 #include "core/env.h"
 #include "kernels/cuda/attention.h"
@@ -305,24 +306,18 @@ struct CudaBackend::Impl {
     };
     for (const cuda_backend::DeviceLayer& d : layers)
       use_fused_decode = use_fused_decode && fusable(d.w_qkv) && fusable(d.w_gu);
-    use_norm_fold = use_fused_decode && opt.norm_fold && env_switch_on("KILN_NORM_FOLD") && c.hidden_size % 16 == 0;
-    fold_short = true;
+    norm_fold.on = use_fused_decode && opt.norm_fold && env_switch_on("KILN_NORM_FOLD") && c.hidden_size % 16 == 0;
+    norm_fold.short_caches = true;
     for (const cuda_backend::DeviceLayer& d : layers) {
-      use_norm_fold = use_norm_fold && fusable(d.wo) && fusable(d.w_down);
-      fold_short = fold_short && d.wo.format != QuantFormat::none && d.w_down.format != QuantFormat::none;
+      norm_fold.on = norm_fold.on && fusable(d.wo) && fusable(d.w_down);
+      norm_fold.short_caches = norm_fold.short_caches && d.wo.format != QuantFormat::none &&
+                               d.w_down.format != QuantFormat::none;
     }
   }
-  // The fused decode step with the RMSNorms between its GEMVs folded into them (session 12,
-  // gemv_fused.h: NormProduce / NormApply): o and down write the next norm's z and tile partials,
-  // gate/up and the next layer's qkv scale their products; only layer 0's input norm and the final
-  // norm stay kernels. Needs the fused qkv GEMV (FusedDecode::qkv) and o / down weights the fused
-  // GEMVs take (any layer's o or down that the fused GEMVs cannot take, e.g. x too large to stage
-  // in shared memory, turns it off for the whole model). KILN_NORM_FOLD=0: the rmsnorm kernels,
-  // for the same-binary comparison.
-  bool use_norm_fold = false;
-  // Whether the fold also runs at caches of at most kDecodeSplit positions (norm_fold_for): int8 /
-  // int4 o and down weights in every layer; bf16 ones stay unfolded there (session 46: -0.3%).
-  bool fold_short = false;
+  // The RMSNorms folded into the fused decode GEMVs, and where (norm_fold_rule.h); any layer's o or
+  // down that the fused GEMVs cannot take (e.g. x too large to stage in shared memory) turns it off
+  // for the whole model.
+  cuda_backend::NormFoldRule norm_fold;
   // The batch-1 attention and o projection as one kernel (cuda::attention_o_fused, session 29)
   // where it applies: int4 o weights in groups of 128 in every layer, a single sequence's bf16
   // cache of at most 256 positions. KILN_ATTN_O_FUSED=1 turns it on: off by default, measured
@@ -365,47 +360,20 @@ struct CudaBackend::Impl {
     // amax of a head the fused qkv GEMV spreads over head_dim / 16 blocks); now the head's last
     // block encodes it (cuda::KvQuantStage), unless KILN_FUSED_QKV_QUANT=0 (fused_decode_for).
     bool qkv = true;
-    // The RMSNorms folded into the GEMVs (use_norm_fold; needs qkv): as norm_fold_for decides.
+    // The RMSNorms folded into the GEMVs (needs qkv), and when the folded o + norm GEMV lets
+    // gate/up launch: as NormFoldRule decides.
     bool fold_norms = false;
-    // When the folded o + norm GEMV lets the gate/up GEMV launch (o_next_launch).
     cuda::NextLaunch o_next = cuda::NextLaunch::after_wait;
   };
   // A batch-1 decode step's fused GEMVs writing K/V to `rows`, over a cache of max_kv_len positions:
   // the qkv GEMV fused with RoPE and the K/V write always for a bf16 cache, for an 8-bit one unless
   // KILN_FUSED_QKV_QUANT=0 (the same-binary comparison: the plain qkv GEMV and a quantizing rope_qkv
-  // launch, the same bits); the folded norms (norm_fold_for) with bf16 caches only, the only ones
+  // launch, the same bits); the folded norms (NormFoldRule) with bf16 caches only, the only ones
   // they were measured and tested with.
   FusedDecode fused_decode_for(const RopedRows& rows, bool quantized_cache, int64_t max_kv_len) const {
     static const bool quantized_qkv = env_switch_on("KILN_FUSED_QKV_QUANT");
-    return {rows, !quantized_cache || quantized_qkv, !quantized_cache && norm_fold_for(max_kv_len),
-            o_next_launch(max_kv_len)};
-  }
-  // The folded o + norm GEMV releases gate/up at its exit where the one-block attention (P = 1, caches
-  // of at most kDecodeSplit positions) runs before it, else right after its wait (cuda::NextLaunch).
-  // Session 46 (H100, tg128 int4 + head at 64 positions, docs/performance/decode-step.md): released
-  // after its wait the short folded step ran 7% slower than the unfolded one (down's last block
-  // ~10 µs late), at its exit 1.3% faster; over 256 positions the exit cost int4 3.2%.
-  // KILN_FOLD_O_AT_EXIT=0 / 1 picks one everywhere (the same-binary comparison).
-  cuda::NextLaunch o_next_launch(int64_t max_kv_len) const {
-    static const int set = env_int_of("KILN_FOLD_O_AT_EXIT", -1, {-1, 0, 1});
-    const bool at_exit = set >= 0 ? set == 1 : max_kv_len <= cuda::kDecodeSplit;
-    return at_exit ? cuda::NextLaunch::at_exit : cuda::NextLaunch::after_wait;
-  }
-  // Whether a batch-1 decode step over a cache of max_kv_len positions folds its norms. Over
-  // kDecodeSplit positions (the decode attention ends with its combine kernel, P > 1) always: it
-  // gains 2-4% there (session 45, -d 512). At most kDecodeSplit positions (the one-block attention,
-  // P = 1) only with int8 / int4 o and down in every layer (fold_short), o + norm releasing gate/up
-  // at its exit (o_next_launch): session 46 (H100, 5 rounds) tg128 int4 + head +1.3%, int8 + head
-  // +1.05% at 64 positions, int4 +0.6% / int8 level at 128-256; bf16 was level (-0.3%) and stays
-  // unfolded there. (Sessions 12 and 18 measured the short fold 1-24% slower with the release after
-  // the wait, session 45 7% for int4: down's last block ~10 µs late.) Graph-safe: the capacity
-  // (single sequence) and the table width (pool) are fixed for a captured step.
-  // KILN_NORM_FOLD_MIN=N folds from caches of more than N positions instead (experiments: 0 folds
-  // every step, 256 the rule before session 46 for every format).
-  bool norm_fold_for(int64_t max_kv_len) const {
-    static const int min_set = env_int("KILN_NORM_FOLD_MIN", -1);
-    const int64_t min_positions = min_set >= 0 ? min_set : fold_short ? 0 : cuda::kDecodeSplit;
-    return use_norm_fold && max_kv_len > min_positions;
+    return {rows, !quantized_cache || quantized_qkv, !quantized_cache && norm_fold.folds(max_kv_len),
+            norm_fold.o_next(max_kv_len)};
   }
 
   // Layer l's RoPE target for those rows: q into a.q, K/V into rows.kv_of(l).
