@@ -65,10 +65,8 @@ void gemv_swiglu(const bf16* x, const bf16* w, bf16* h, int64_t inter, int64_t K
                  const NormApply& norm = {});
 // When a residual-add GEMV with the norm's first half lets the kernel after it launch (PDL,
 // pdl.cuh): right after its own wait (the next kernel's blocks then request their weights during
-// this one's tail), or only as its blocks exit. Session 46 (H100, docs/performance/decode-step.md):
-// in the folded batch-1 step right after the one-block attention (caches of <= 256 positions), o +
-// norm releasing gate/up at its exit made tg128 int4 + head 1.3% and int8 + head 1.05% faster than
-// the unfolded step (after its wait: 7% slower); over 256 positions the exit cost int4 3.2%.
+// this one's tail), or only as its blocks exit. Which one the batch-1 step uses, and what each
+// measured: backend/cuda/norm_fold_rule.h (session 46).
 enum class NextLaunch { after_wait, at_exit };
 
 // y (N) fp32 += W . x (the residual add of o and down, the plain GEMV's bits), then the first half of

@@ -47,8 +47,9 @@ std::string qgemv_trace_report() {
   const auto med = block_trace_median;
   auto at_ns = [&](const uint64_t* r, int word) { return block_trace_ns(r, word, ghz); };
   std::vector<double> lead, staged, per_tile, blocks_n, tiles_min, tiles_max;
-  // The last block to exit in each launch: how late its wait returned, its staging, its tiles, and
-  // how many of the launch's blocks ran on its SM (session 45: a late last block in some steps).
+  // The last block to exit in each launch: how late its wait returned, its staging, its tiles, how
+  // many of the launch's blocks ran on its SM, its entry and its index (sessions 45-46: a late last
+  // block in some steps).
   std::vector<double> last_wait, last_staged, last_tile, last_sm_blocks, last_entry, last_index;
   BlockTraceSpread spread;
   for (int slot = 0; slot < used; ++slot) {
@@ -107,7 +108,8 @@ std::string qgemv_trace_report() {
                    {med(last_sm_blocks), block_trace_percentile(last_sm_blocks, 0.0)});
   block_trace_line(text, "last block out: entry after the first wait return", {med(last_entry)});
   block_trace_line(text, "last block out: its index, median / min / max",
-                   {med(last_index), block_trace_percentile(last_index, 0.0), block_trace_percentile(last_index, 1.0)});
+                   {med(last_index), block_trace_percentile(last_index, 0.0),
+                    block_trace_percentile(last_index, 1.0)});
   text += "  (from %globaltimer at entry and exit and the cycles between)\n";
   return text;
 }
