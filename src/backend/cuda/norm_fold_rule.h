@@ -40,7 +40,9 @@ struct NormFoldRule {
   // it (at most kDecodeSplit positions), else right after its wait. Session 46 (H100, tg128 int4 +
   // head at 64 positions): released after its wait the short folded step ran 7% slower than the
   // unfolded one, at its exit 1.3% faster; over 256 positions the exit cost int4 3.2%.
-  // KILN_FOLD_O_AT_EXIT=0 / 1 picks one everywhere (the same-binary comparison).
+  // KILN_FOLD_O_AT_EXIT=0 / 1 picks one everywhere (the same-binary comparison). The step's other
+  // fused GEMVs (qkv, gate/up, the folded down) always release after their waits: held to their
+  // exits they measured level to 7.8% slower at 64 and 512 positions (session 47, decode-step.md).
   cuda::NextLaunch o_next(int64_t max_kv_len) const {
     static const int set = env_int_of("KILN_FOLD_O_AT_EXIT", -1, {-1, 0, 1});
     const bool at_exit = set >= 0 ? set == 1 : max_kv_len <= cuda::kDecodeSplit;
