@@ -43,9 +43,9 @@ struct CudaBackendOptions {
   // KILN_FUSED_DECODE=0 also turns it off.
   bool fused_decode = true;
   // With fused_decode: the RMSNorms between the decode GEMVs folded into them (gemv_fused.h:
-  // NormProduce / NormApply; not the same bits as the norm kernel) in steps over caches of more
-  // than 256 positions, and in every step where o and down are int8 / int4 (session 46;
-  // cuda_backend::NormFoldRule). KILN_NORM_FOLD=0 also turns it off.
+  // NormProduce / NormApply; not the same bits as the norm kernel) in steps over bf16 caches of
+  // more than 256 positions, and in every step over a bf16 cache where o and down are int8 / int4
+  // (session 46; cuda_backend::NormFoldRule). KILN_NORM_FOLD=0 also turns it off.
   bool norm_fold = true;
   // A single-sequence batch-1 decode step (bf16 cache) as one persistent kernel, the decode
   // megakernel (kernels/cuda/megakernel/decode_megakernel.h), where the model and the device take
