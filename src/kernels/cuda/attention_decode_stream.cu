@@ -57,15 +57,6 @@ size_t stream_smem_bytes(int group) {
   return size_t(kStages * kStageElems<D>) * sizeof(bf16) + size_t(4 * group * (2 + D)) * sizeof(float);
 }
 
-// Q fragments from a q slot of 8 rows: rows 8..15 of the mma tile repeat rows 0..7 (their results
-// are never read), so no ldmatrix reads past the slot.
-template <int D>
-__device__ __forceinline__ void load_q_frags8(uint32_t (&qf)[D / 16][4], const bf16* qs) {
-  const int lane = threadIdx.x % 32, r = lane & 7;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) attn::ldmatrix_x4(qf[kk], qs + attn::swz<D>(r, kk * 2 + (lane >> 4)));
-}
-
 template <int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads, 2)
     decode_stream_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,

@@ -61,14 +61,6 @@ __host__ __device__ constexpr Smem smem_of(int group, int rows) {
   return s;
 }
 
-// Q fragments from a q slot of 8 rows (rows 8..15 of the MMA tile repeat 0..7; never read back), as
-// the streaming decode kernel loads them.
-__device__ __forceinline__ void q_frags8(uint32_t (&qf)[kD / 16][4], const bf16* qs) {
-  const int lane = threadIdx.x % 32, r = lane & 7;
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) attn::ldmatrix_x4(qf[kk], qs + attn::swz<kD>(r, kk * 2 + (lane >> 4)));
-}
-
 template <int RB>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_o_kernel(const bf16* __restrict__ q, KvLayout kv, const int32_t* __restrict__ kv_len,
@@ -171,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();  // the tile (and at tile 0 q) is in shared memory for every thread
     if (tile == 0) {
       Stamps::cycles(trace, AttnOTrace::kFirstTile);
-      q_frags8(qf, q_slot);
+      attn::load_q_frags8<kD>(qf, q_slot);
     }
     const int visible_n = min(kTile, len - tile * kTile);
     if (visible_n >= kTile) {
