@@ -117,11 +117,8 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
   // Where the fused qkv GEMV (decode) or the qkv GEMM's epilogue (prefill, Impl::enqueue_qkv_rope)
   // writes K/V when they rotate them themselves.
   const Impl::RopedRows roped_rows{positions, nullptr, [&](int64_t l) { return seq.layer(c, l); }};
-  Impl::FusedDecode fused_decode = m.fused_decode_for(roped_rows, quantized, seq.capacity());
+  const Impl::FusedDecode fused_decode = m.fused_decode_for(roped_rows, quantized, seq.capacity());
   const bool fused = n == 1 && m.fused_decode_ok();
-  fused_decode.attn_in_qkv = fused && fused_decode.qkv && m.attn_in_qkv_for(seq.layer(c, 0), seq.capacity());
-  fused_decode.kv_len = kv_len;
-  fused_decode.start = start;
   m.enqueue_layers(
       a, tokens, n,
       [&](int64_t l, bool roped) -> bool {
@@ -135,8 +132,6 @@ void enqueue(Impl& m, CudaKvSequence& seq, int64_t n, int64_t start, int64_t out
         }
         if (n == 1 && (Impl::decode_probe() & Impl::kProbeSkipAttention)) {
           // KILN_DECODE_PROBE: no attention (timing bound only)
-        } else if (fused && fused_decode.attn_in_qkv) {
-          // the qkv GEMV ran it (Impl::attn_in_qkv_for)
         } else if (n == 1 && fused && !fused_decode.fold_norms && m.attn_o_for(l, kv, seq.capacity())) {
           const cuda::QWeight wo = m.layers[size_t(l)].wo.view();
           profile::Cost cost = profile::attention(1, start, c, m.kv_widths(false));
@@ -321,7 +316,6 @@ CudaBackend::CudaBackend(ModelConfig config, const ModelWeights& w, CudaBackendO
   m.init_quant_scratch();
   m.decide_fused_decode();
   m.decide_attn_o();
-  m.decide_attn_in_qkv();
   m.decide_megakernel();
 }
 
@@ -370,7 +364,6 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   m.init_quant_scratch();
   m.decide_fused_decode();
   m.decide_attn_o();
-  m.decide_attn_in_qkv();
   m.decide_megakernel();
   return b;
 }

@@ -344,29 +344,6 @@ struct CudaBackend::Impl {
                                                    int(c.head_dim), kv, max_kv_len);
   }
 
-  // The batch-1 attention run inside the fused int8 / int4 qkv GEMV (cuda::AttnInQkv, session 49):
-  // one kernel and one PDL boundary a layer fewer, where every layer's qkv weight is int8 / int4 and
-  // the step's cache is a single sequence's bf16 one of at most 256 positions (attn_in_qkv.h).
-  // KILN_ATTN_IN_QKV=1 turns it on (the o GEMV released after the qkv GEMV's wait, as the attention
-  // kernel releases it), 2 with the o GEMV released only as the qkv GEMV's blocks exit; off by
-  // default until measured against the separate kernels. Its counters are zeroed once here.
-  int attn_in_qkv_mode = 0;
-  DeviceBuffer<uint32_t> attn_in_qkv_counters;
-  void decide_attn_in_qkv() {
-    attn_in_qkv_mode = use_fused_decode ? env_int_of("KILN_ATTN_IN_QKV", 0, {0, 1, 2}) : 0;
-    for (const cuda_backend::DeviceLayer& d : layers)
-      if (d.w_qkv.format != QuantFormat::int8 && d.w_qkv.format != QuantFormat::int4) attn_in_qkv_mode = 0;
-    if (attn_in_qkv_mode == 0) return;
-    attn_in_qkv_counters = DeviceBuffer<uint32_t>(size_t(cuda::attn_in_qkv_counters(int(c.n_kv_heads))));
-    KILN_CUDA_CHECK(cudaMemset(attn_in_qkv_counters.data(), 0, attn_in_qkv_counters.size() * sizeof(uint32_t)));
-  }
-  // Whether a batch-1 step over a single sequence's cache `kv` of capacity max_kv_len runs its
-  // attention in the qkv GEMV.
-  bool attn_in_qkv_for(const cuda::KvLayout& kv, int64_t max_kv_len) const {
-    return attn_in_qkv_mode != 0 &&
-           cuda::attn_in_qkv_applies(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), kv, max_kv_len);
-  }
-
   // Where a projection that applies RoPE itself (the fused qkv GEMV of one token, the qkv GEMM's
   // epilogue, cuda::gemm_rope_kv, of n) puts K/V: the tokens' positions and, for a paged pool, their
   // slots (device ints), and each layer's cache (contiguous, or the pool).
@@ -387,11 +364,6 @@ struct CudaBackend::Impl {
     // gate/up launch: as NormFoldRule decides.
     bool fold_norms = false;
     cuda::NextLaunch o_next = cuda::NextLaunch::after_wait;
-    // The attention runs in the qkv GEMV (attn_in_qkv_for), over kv_len (device) positions; start
-    // (the cached positions before the token) for the profile's count only.
-    bool attn_in_qkv = false;
-    const int32_t* kv_len = nullptr;
-    int64_t start = 0;
   };
   // A batch-1 decode step's fused GEMVs writing K/V to `rows`, over a cache of max_kv_len positions:
   // the qkv GEMV fused with RoPE and the K/V write always for a bf16 cache, for an 8-bit one unless
@@ -455,16 +427,12 @@ struct CudaBackend::Impl {
         const cuda::RopeKvTarget target = rope_target(a, fused->rows, l);
         profile::Cost cost = profile::linear(1, qkv_dim(), H, 2, weight_widths(L.w_qkv.view()));
         cost += profile::rope_qkv(1, c, kv_widths(target.kv.quantized()));  // an 8-bit cache: 1 byte a K/V value
-        const bool with_attn = fused->attn_in_qkv;
-        if (with_attn) cost += profile::attention(1, fused->start, c, kv_widths(false));
-        op(with_attn ? "qkv+rope+attention.gemv" : "qkv+rope.gemv", cost, [&] {
+        op("qkv+rope.gemv", cost, [&] {
           const cuda::NormApply norm = qkv_folded ? folded : cuda::NormApply{};
-          const cuda::AttnInQkv attn{fused->kv_len, a.attn, attn_in_qkv_counters.data()};
           if (L.w_qkv.format == QuantFormat::none)
             cuda::gemv_rope_kv(a.xn, L.w_qkv.bf16_data(), b_qkv, target, H, s(), norm);
           else
-            cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s(), norm, with_attn ? &attn : nullptr,
-                                attn_in_qkv_mode != 2);
+            cuda::qgemv_rope_kv(a.xn, L.w_qkv.view(), b_qkv, target, s(), norm);
         });
       } else {
         roped = roped_rows && enqueue_qkv_rope(a, L, l, *roped_rows, n);

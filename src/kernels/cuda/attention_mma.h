@@ -172,12 +172,10 @@ __device__ __forceinline__ void load_q_frags8(uint32_t (&qf)[D / 16][4], const b
 //   of exp (reduced over the quad only at the end), o: (16, D) accumulator in C layout.
 //   visible(i, j, key): whether key `key` (tile-relative column) is visible to row g + 8 i;
 //   called only when kMask. scale_log2 = softmax scale * log2(e).
-//   q_at(kk, a): the Q fragment of 16-dim step kk into a (attend_tile below: from registers;
-//   attend_tile_qslot: from the q slot in shared memory, for callers short of registers).
-template <int D, int N, bool kMask, typename QAt, typename Visible>
-__device__ __forceinline__ void attend_tile_with(QAt&& q_at, const bf16* ks, const bf16* vs, int key0, float (&m)[2],
-                                                 float (&l)[2], float (&o)[D / 8][4], float scale_log2,
-                                                 Visible visible) {
+template <int D, int N, bool kMask, typename Visible>
+__device__ __forceinline__ void attend_tile(const uint32_t (&qf)[D / 16][4], const bf16* ks, const bf16* vs, int key0,
+                                            float (&m)[2], float (&l)[2], float (&o)[D / 8][4], float scale_log2,
+                                            Visible visible) {
   const int lane = threadIdx.x % 32, t = lane & 3;
   float s[N / 8][4];
 #pragma unroll
@@ -187,14 +185,12 @@ __device__ __forceinline__ void attend_tile_with(QAt&& q_at, const bf16* ks, con
     const int key_in = (lane & 7) + ((lane >> 4) << 3), chunk_in = (lane >> 3) & 1;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      q_at(kk, a);
 #pragma unroll
       for (int j = 0; j < N / 16; ++j) {
         uint32_t b[4];
         ldmatrix_x4(b, ks + swz<D>(key0 + j * 16 + key_in, kk * 2 + chunk_in));
-        mma_bf16(s[2 * j], a, b[0], b[1]);
-        mma_bf16(s[2 * j + 1], a, b[2], b[3]);
+        mma_bf16(s[2 * j], qf[kk], b[0], b[1]);
+        mma_bf16(s[2 * j + 1], qf[kk], b[2], b[3]);
       }
     }
   }
@@ -246,31 +242,6 @@ __device__ __forceinline__ void attend_tile_with(QAt&& q_at, const bf16* ks, con
       }
     }
   }
-}
-
-// attend_tile_with, Q fragments held in registers (load_q_frags / load_q_frags8).
-template <int D, int N, bool kMask, typename Visible>
-__device__ __forceinline__ void attend_tile(const uint32_t (&qf)[D / 16][4], const bf16* ks, const bf16* vs, int key0,
-                                            float (&m)[2], float (&l)[2], float (&o)[D / 8][4], float scale_log2,
-                                            Visible visible) {
-  attend_tile_with<D, N, kMask>(
-      [&](int kk, uint32_t (&a)[4]) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) a[e] = qf[kk][e];
-      },
-      ks, vs, key0, m, l, o, scale_log2, visible);
-}
-
-// attend_tile_with, Q fragments read from a q slot of 8 rows (load_q_frags8's form) at each use: 32
-// registers fewer, 8 ldmatrix a tile more.
-template <int D, int N, bool kMask, typename Visible>
-__device__ __forceinline__ void attend_tile_qslot(const bf16* qs, const bf16* ks, const bf16* vs, int key0,
-                                                  float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
-                                                  float scale_log2, Visible visible) {
-  const int lane = threadIdx.x % 32, r = lane & 7;
-  attend_tile_with<D, N, kMask>(
-      [&](int kk, uint32_t (&a)[4]) { ldmatrix_x4(a, qs + swz<D>(r, kk * 2 + (lane >> 4))); }, ks, vs, key0, m, l,
-      o, scale_log2, visible);
 }
 
 // Sum of a per-lane value over the quad (the 4 lanes that share a row).

@@ -49,7 +49,6 @@
 #include "kernels/cuda/quant/qgemv_trace.h"
 #include "kernels/cuda/quant/qgemv_v3_grid.h"
 #include "kernels/cuda/quant/qmatmul.h"
-#include "kernels/cuda/rope_kv_attn_epilogue.cuh"
 #include "kernels/cuda/tile_counters.h"
 #include "kernels/cuda/tile_draw.cuh"
 
@@ -66,12 +65,7 @@ constexpr int kV3MaxWarps = 8;
 // shapes. With x from L2 (M > 8 at K = 4096) the draw code cost the int4 group-32 kernel a spill and
 // the first form of drawing measured M = 16 gate/up slower (session 28).
 template <class E>
-constexpr bool kAttnTail = std::is_same_v<E, RopeKvAttnEpi>;  // the qkv GEMV that runs the attention
-template <class E>
-constexpr bool kIsRopeKv = std::is_same_v<E, RopeKvEpi> || std::is_same_v<E, RopeKvQuantEpi> || kAttnTail<E>;
-// Most tiles a block of the attention-running qkv GEMV may run (the heads it completes wait in
-// shared memory until its stream is done; the host checks the grid, attn_in_qkv_applies).
-constexpr int kAttnTailMaxTiles = 8;
+constexpr bool kIsRopeKv = std::is_same_v<E, RopeKvEpi> || std::is_same_v<E, RopeKvQuantEpi>;
 template <class E, bool XS>
 constexpr bool kV3Draws = XS && !kIsRopeKv<E>;
 
@@ -191,14 +185,6 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
       prefetch_l2(wq + r_lo * row_bytes + 64 * sc);
       prefetch_l2(wq + r_hi * row_bytes + 64 * sc);
     }
-  }
-  // The attention-running qkv GEMV (attn_in_qkv.h): the heads this block completes, listed until
-  // its stream is done; its tiles' heads' older K/V into L2 now (no kernel of this step writes them).
-  __shared__ int tail_heads[kAttnTailMaxTiles];
-  __shared__ int tail_n;
-  if constexpr (kAttnTail<E>) {
-    if (threadIdx.x == 0) tail_n = 0;  // read after x's staging (its __syncthreads)
-    for (int tile = tile0; tile < tile1; ++tile) epi.prefetch_head_kv(tile);
   }
   // Launched with PDL (as gemv_mma.cuh): the first D requests above read only weights; x, which
   // the kernel before this one writes, is read after the wait (with ld_after_wait, not __ldg).
@@ -412,16 +398,7 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
     int64_t lo0, hi0;
     epi.rows(tile, lo0, hi0);
     epi.template finish<kV3MaxWarps, NT>(red, W, lo0, hi0, m_actual, N);  // starts with __syncthreads
-    if constexpr (kAttnTail<E>) {
-      if (warp == 0) __threadfence();  // warp 0's q / K / V stores before the tile's count
-    }
     __syncthreads();
-    if constexpr (kAttnTail<E>) {  // tail_n is read after the stream's last __syncthreads
-      if (threadIdx.x == 0) {
-        const int kvh = epi.count_tile(tile);
-        if (kvh >= 0) tail_heads[tail_n++] = kvh;
-      }
-    }
   };
 
   // The stream: process item i from its slot, then request item i + D into the same slot (after the
@@ -445,14 +422,6 @@ __global__ void __launch_bounds__(kV3MaxWarps * 32, 2)
   } else {
     for (; pr_tile >= 0; pr_tile = seq_tile(++pr_seq)) finish_tile(pr_tile);
   }
-  if constexpr (kAttnTail<E>) {  // x is dead: the shared memory is the attention's
-    __syncthreads();
-    for (int i = 0; i < tail_n; ++i) {
-      __threadfence();  // the head's other tiles' stores, fenced before their counts
-      epi.attend(tail_heads[i], smem);
-      __syncthreads();
-    }
-  }
   Stamps::value(trace, QgemvTrace::kTiles, uint64_t(pr_seq));
   Stamps::exit(trace);
 }
@@ -461,7 +430,6 @@ template <QuantFormat F, int SM, int NT, bool XS, class E>
 void launch_v3(const bf16* x, const QWeight& w, const E& epi, int m, int warps, int64_t smem, int shift,
                int64_t blocks, cudaStream_t stream) {
   constexpr int D = v3_depth<NT, XS>();
-  if constexpr (kAttnTail<E>) smem = std::max<int64_t>(smem, attn::kGroupTailSmem);
   // KILN_QGEMV_INT8_F16=0: int8 on the bf16 nibble path with x staged too (session 13's A/B).
   static const bool h16 = env_switch_on("KILN_QGEMV_INT8_F16");
   auto kernel = qgemv_v3_kernel<F, SM, NT, D, XS, E, true>;
@@ -596,24 +564,10 @@ bool qgemv_fusable(const QWeight& w) {
 }
 
 void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream,
-                   const NormApply& norm, const AttnInQkv* attn, bool release_early) {
+                   const NormApply& norm) {
   KILN_CUDA_REQUIRE(qgemv_fusable(w), "qgemv_rope_kv: unsupported weight");
   KILN_CUDA_REQUIRE(w.rows == require_rope_kv_target(out, w.cols), "qgemv_rope_kv: rows");
   require_norm_apply(norm, w.cols);
-  if (attn) {
-    KILN_CUDA_REQUIRE(attn->kv_len && attn->out && attn->counters, "qgemv_rope_kv: attention target unset");
-    KILN_CUDA_REQUIRE(attn_in_qkv_applies(out.n_heads, out.n_kv_heads, out.head_dim, out.kv, 1) && !out.slot,
-                      "qgemv_rope_kv: a cache or head shape the attention in the qkv GEMV does not take");
-    // Its blocks run at most kAttnTailMaxTiles tiles (a grid of at least two blocks a SM).
-    KILN_CUDA_REQUIRE(w.rows / 16 <= int64_t(kAttnTailMaxTiles) * 2 * device_sm_count(),
-                      "qgemv_rope_kv: too many tiles for the attention in the qkv GEMV");
-    AttnInQkv with_scale = *attn;
-    with_scale.scale_log2 = attn::kLog2e / sqrtf(float(out.head_dim));
-    const RopeKvAttnEpi epi{{bias, out, norm}, with_scale, release_early};
-    KILN_CUDA_REQUIRE(by_format(x, w, epi, 1, true, true, stream), "qgemv_rope_kv: group layout");
-    KILN_CUDA_CHECK_LAUNCH();
-    return;
-  }
   const bool ran = out.kv.quantized() ? by_format(x, w, RopeKvQuantEpi{bias, out, norm}, 1, true, true, stream)
                                       : by_format(x, w, RopeKvEpi{bias, out, norm}, 1, true, true, stream);
   KILN_CUDA_REQUIRE(ran, "qgemv_rope_kv: group layout");

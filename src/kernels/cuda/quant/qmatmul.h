@@ -52,7 +52,6 @@
 //   Shapes off these multiples are not packed: the backend keeps such a matrix in bf16.
 #pragma once
 
-#include "kernels/cuda/attn_in_qkv.h"
 #include "kernels/cuda/gemv_fused.h"
 #include "kernels/cuda/matmul.h"
 #include "model/quantized_matrix.h"
@@ -117,11 +116,8 @@ void qgemv(const bf16* x, const QWeight& w, const bf16* bias, void* y, OutMode m
 // qgemv_swiglu: w = [w_gate | w_up] (2 inter rows). They always run v3 with x staged, so they
 // match the unfused path only under the default qgemv version (qgemv_set_version 0, 3 or 5).
 bool qgemv_fusable(const QWeight& w);
-// With attn (attn_in_qkv.h; attn_in_qkv_applies, a contiguous cache): the step's attention of the
-// rotated q over the cache too, into attn->out; release_early = false lets the next kernel launch only
-// as this one's blocks exit.
 void qgemv_rope_kv(const bf16* x, const QWeight& w, const bf16* bias, const RopeKvTarget& out, cudaStream_t stream,
-                   const NormApply& norm = {}, const AttnInQkv* attn = nullptr, bool release_early = true);
+                   const NormApply& norm = {});
 void qgemv_swiglu(const bf16* x, const QWeight& w, bf16* h, int64_t inter, cudaStream_t stream,
                   const NormApply& norm = {});
 // gemv_add_norm (gemv_fused.h) for a qgemv_fusable int8 / int4 w: y (w.rows) fp32 += W . x, then
